@@ -1,0 +1,30 @@
+# Every target uses the project's virtual environment; `make venv` creates it (torch CPU build first, so
+# pip never resolves a multi-GB CUDA build).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: venv run test lint golden generate
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e '.[torch,test,lint,frameworks]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(VENV)/bin/bottleneck-exporter
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check exporter tests benchmarks
+	$(VENV)/bin/mypy
+
+# Regenerate the golden scrapes after an intended change; review them as a diff.
+golden: venv
+	$(PY) -m pytest -q tests/test_golden.py --update-golden
