@@ -1,0 +1,188 @@
+"""The HTTP side of the real exporter process: endpoints, TLS, mutual TLS, basic auth, refused configs."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import bcrypt
+import pytest
+import requests
+import trustme
+
+from tests.conftest import ExporterProcess
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path, ca: trustme.CA) -> dict[str, Path]:
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("prometheus.example")
+    files = {
+        "cert": tmp_path / "server.crt",
+        "key": tmp_path / "server.key",
+        "ca": tmp_path / "ca.crt",
+        "client": tmp_path / "client.pem",
+    }
+    server.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server.private_key_pem.write_to_path(str(files["key"]))
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    client.private_key_and_cert_chain_pem.write_to_path(str(files["client"]))
+    return files
+
+
+def _web_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    return path
+
+
+def _https(exporter: ExporterProcess) -> str:
+    return exporter.url.replace("http://", "https://")
+
+
+def test_landing_health_ready_and_404(start_exporter) -> None:
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory"])
+    landing = requests.get(exporter.url + "/", timeout=5)
+    assert landing.status_code == 200
+    assert 'href="/metrics"' in landing.text
+    assert requests.get(exporter.url + "/-/healthy", timeout=5).status_code == 200
+    assert requests.get(exporter.url + "/-/ready", timeout=5).status_code == 200
+    assert requests.get(exporter.url + "/nope", timeout=5).status_code == 404
+
+
+def test_custom_telemetry_path_and_disabled_exporter_metrics(start_exporter) -> None:
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               "--web.telemetry-path=/stats", "--web.disable-exporter-metrics"])
+    body = requests.get(exporter.url + "/stats", timeout=5).text
+    assert "bottleneck_memory_total_bytes" in body
+    assert "process_resident_memory_bytes" not in body
+    assert requests.get(exporter.url + "/metrics", timeout=5).status_code == 404
+
+
+def test_openmetrics_negotiated_when_asked(start_exporter) -> None:
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory"])
+    response = requests.get(exporter.url + "/metrics", timeout=5,
+                            headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert response.text.rstrip().endswith("# EOF")
+
+
+def test_basic_auth_right_credentials_200_none_or_wrong_401(start_exporter, tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
+    config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               f"--web.config.file={config}"])
+    url = exporter.url + "/metrics"
+    assert requests.get(url, timeout=5).status_code == 401
+    assert requests.get(url, timeout=5, auth=("prometheus", "wrong")).status_code == 401
+    assert requests.get(url, timeout=5, auth=("nobody", "s3cret")).status_code == 401
+    ok = requests.get(url, timeout=5, auth=("prometheus", "s3cret"))
+    assert ok.status_code == 200 and "bottleneck_memory_total_bytes" in ok.text
+    # The cache of verified credentials must not let a wrong password in after a right one.
+    assert requests.get(url, timeout=5, auth=("prometheus", "s3cre")).status_code == 401
+
+
+def test_tls_serves_https_and_refuses_plain_http(start_exporter, tmp_path: Path, tls_files) -> None:
+    config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
+                                   f"  key_file: {tls_files['key']}\n")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               f"--web.config.file={config}"], wait=False)
+    from tests.conftest import wait_http
+
+    response = wait_http(_https(exporter) + "/metrics", verify=str(tls_files["ca"]))
+    assert response.status_code == 200 and "bottleneck_memory_total_bytes" in response.text
+    with pytest.raises(requests.RequestException):
+        requests.get(exporter.url + "/metrics", timeout=5)
+
+
+def test_mtls_requires_a_client_certificate_signed_by_the_ca(start_exporter, tmp_path: Path, tls_files) -> None:
+    config = _web_config(tmp_path, f"""tls_server_config:
+  cert_file: {tls_files['cert']}
+  key_file: {tls_files['key']}
+  client_auth_type: RequireAndVerifyClientCert
+  client_ca_file: {tls_files['ca']}
+""")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               f"--web.config.file={config}"], wait=False)
+    from tests.conftest import wait_http
+
+    ok = wait_http(_https(exporter) + "/metrics", verify=str(tls_files["ca"]), cert=str(tls_files["client"]))
+    assert ok.status_code == 200
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(_https(exporter) + "/metrics", timeout=5, verify=str(tls_files["ca"]))
+    stranger = trustme.CA().issue_cert("intruder")
+    stranger_pem = tmp_path / "stranger.pem"
+    stranger.private_key_and_cert_chain_pem.write_to_path(str(stranger_pem))
+    with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+        requests.get(_https(exporter) + "/metrics", timeout=5, verify=str(tls_files["ca"]), cert=str(stranger_pem))
+
+
+def _refused(args: list[str]) -> str:
+    result = subprocess.run([sys.executable, "-m", "exporter", "--web.listen-address=127.0.0.1:0", *args],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
+        ("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n", "cert_file"),
+        ("tls_server_config:\n  cert_file: a\n", "tls_server_config.key_file"),
+        ("tls_server_conifg:\n  cert_file: a\n", "tls_server_conifg: unknown key"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "cert_file"),
+        ("basic_auth_users: [1, 2]\n", "basic_auth_users: must be a mapping"),
+        ("{{{", "not valid YAML"),
+    ],
+)
+def test_bad_web_config_is_refused_at_start_naming_the_key(tmp_path: Path, content: str, names: str) -> None:
+    assert names in _refused([f"--web.config.file={_web_config(tmp_path, content)}"])
+
+
+def test_bad_client_auth_type_named(tmp_path: Path, tls_files) -> None:
+    config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
+                                   f"  key_file: {tls_files['key']}\n  client_auth_type: Sometimes\n")
+    assert "client_auth_type: 'Sometimes'" in _refused([f"--web.config.file={config}"])
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        ("collectors:\n  memroy: {}\n", "collectors.memroy: unknown collector"),
+        ("collectors:\n  memory:\n    enabled: perhaps\n", "collectors.memory.enabled"),
+        ("collectors:\n  memory:\n    colour: blue\n", "collectors.memory.colour: unknown option"),
+        ("colectors: {}\n", "colectors: unknown top-level key"),
+    ],
+)
+def test_bad_config_file_is_refused_naming_the_key(tmp_path: Path, content: str, names: str) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(content)
+    assert names in _refused([f"--config.file={path}"])
+
+
+def test_bad_listen_address_is_refused() -> None:
+    assert "expected [host]:port" in _refused(["--web.listen-address=nonsense"])
+
+
+def test_minimum_tls_version_is_enforced(start_exporter, tmp_path: Path, tls_files) -> None:
+    config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
+                                   f"  key_file: {tls_files['key']}\n  min_version: TLS13\n")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               f"--web.config.file={config}"], wait=False)
+    from tests.conftest import wait_http
+
+    wait_http(_https(exporter) + "/-/healthy", verify=str(tls_files["ca"]))
+    client = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    import socket
+
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
+        client.wrap_socket(raw, server_hostname="127.0.0.1").do_handshake()
