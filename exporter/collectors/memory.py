@@ -33,11 +33,13 @@ _VMSTAT = (
     ("pswpout", "bottleneck_memory_swapped_out_pages_total", "Pages swapped out to disk (pswpout)."),
     ("pgmajfault", "bottleneck_memory_major_faults_total",
      "Major page faults: pages that had to be read from disk (pgmajfault)."),
-    ("oom_kill", "bottleneck_memory_oom_kills_total", "Processes killed by the kernel's OOM killer (oom_kill)."),
+    ("oom_kill", "bottleneck_memory_oom_kills_total",
+     "Processes killed by the kernel's OOM killer (oom_kill)."),
 )
 
 
-@register("memory", help="Memory, swap, swap activity, major faults and OOM kills (/proc/meminfo, /proc/vmstat).")
+@register("memory",
+          help="Memory, swap, swap activity, major faults and OOM kills (/proc/meminfo, /proc/vmstat).")
 class MemoryCollector:
     def __init__(self, ctx: Context) -> None:
         self.procfs = ctx.procfs

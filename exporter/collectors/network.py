@@ -1,0 +1,136 @@
+"""Network traffic per interface, link speed and state, and InfiniBand port traffic.
+
+Reads /proc/net/dev (counters), /sys/class/net/<device>/{speed,operstate} and
+/sys/class/infiniband/<hca>/ports/<port>/counters/port_{rcv,xmit}_data. The loopback is left out by
+``device-exclude``; ``device-include`` adds interfaces back. ::
+
+    bottleneck_network_receive_bytes_total{device="eth0"} 9.1325112e+07
+    bottleneck_network_speed_bytes{device="eth0"} 1.25e+09
+    bottleneck_infiniband_port_received_bytes_total{device="mlx5_0",port="1"} 4.0e+12
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporter.collectors.base import Context, Option, parse_regex, register
+from exporter.devicefilter import DeviceFilter
+from exporter.procfs import list_dir, read_int, read_text
+
+DEFAULT_EXCLUDE = r"^lo$"
+
+# (column of /proc/net/dev after "name:", metric, help). Receive columns come first, transmit from column 8.
+_COUNTERS = (
+    (0, "bottleneck_network_receive_bytes_total", "Bytes received"),
+    (1, "bottleneck_network_receive_packets_total", "Packets received"),
+    (2, "bottleneck_network_receive_errors_total", "Receive errors reported by the driver"),
+    (3, "bottleneck_network_receive_drop_total", "Received packets dropped (no buffer, full backlog, ...)"),
+    (8, "bottleneck_network_transmit_bytes_total", "Bytes transmitted"),
+    (9, "bottleneck_network_transmit_packets_total", "Packets transmitted"),
+    (10, "bottleneck_network_transmit_errors_total", "Transmit errors reported by the driver"),
+    (11, "bottleneck_network_transmit_drop_total", "Packets dropped on transmit"),
+)
+_COLUMNS = 16
+
+# /sys/class/net/<dev>/speed is in Mb/s (10^6 bit/s). Drivers that do not know print -1 (older kernels
+# printed it unsigned) or the read fails with EINVAL (virtual devices, links that are down).
+_BYTES_PER_MEGABIT = 1_000_000 // 8
+_SPEED_UNKNOWN = (-1, 0xFFFFFFFF)
+
+# port_rcv_data / port_xmit_data count octets divided by 4: the IBA spec counts data in 32-bit words, "one
+# word per lane" in the sysfs ABI docs (Documentation/ABI/stable/sysfs-class-infiniband). Multiply by 4.
+_INFINIBAND_BYTES_PER_UNIT = 4
+
+
+def parse_net_dev(text: str) -> dict[str, list[int]]:
+    """{interface: its 16 counters} from /proc/net/dev (the first two lines are headers)."""
+    interfaces: dict[str, list[int]] = {}
+    for line in text.splitlines()[2:]:
+        # No space follows the colon once the byte count is wide: "eth0:123456789012 ...".
+        name, sep, rest = line.partition(":")
+        fields = rest.split()
+        if sep and len(fields) >= _COLUMNS:
+            interfaces[name.strip()] = [int(v) for v in fields[:_COLUMNS]]
+    return interfaces
+
+
+@register(
+    "network",
+    help="Network traffic, errors and drops per interface, link speed and state, InfiniBand port traffic "
+    "(/proc/net/dev, /sys/class/net, /sys/class/infiniband).",
+    options=(
+        Option("device-exclude", DEFAULT_EXCLUDE,
+               "Regex of interface names to leave out (searched, not anchored).", parse_regex),
+        Option("device-include", "",
+               "Regex of interface names to export even when they match device-exclude; "
+               "empty matches nothing.",
+               parse_regex),
+    ),
+)
+class NetworkCollector:
+    def __init__(self, ctx: Context) -> None:
+        self.procfs = ctx.procfs
+        self.sysfs = ctx.sysfs
+        self.filter = DeviceFilter(ctx.options.get("device-exclude", DEFAULT_EXCLUDE),
+                                   ctx.options.get("device-include", ""))
+
+    def collect(self) -> Iterable[Metric]:
+        interfaces = parse_net_dev(read_text(os.path.join(self.procfs, "net", "dev")) or "")
+        wanted = {name: columns for name, columns in interfaces.items() if self.filter.wanted(name)}
+        if wanted:
+            yield from self._counters(wanted)
+            yield from self._links(list(wanted))
+        yield from self._infiniband()
+
+    def _counters(self, wanted: dict[str, list[int]]) -> Iterable[Metric]:
+        for column, name, help_text in _COUNTERS:
+            family = CounterMetricFamily(name, f"{help_text} (/proc/net/dev).", labels=["device"])
+            for device, columns in wanted.items():
+                family.add_metric([device], columns[column])
+            yield family
+
+    def _links(self, devices: list[str]) -> Iterable[Metric]:
+        speed = GaugeMetricFamily(
+            "bottleneck_network_speed_bytes",
+            "Link speed in bytes per second (/sys/class/net/<device>/speed); "
+            "absent when the driver does not know it.",
+            labels=["device"],
+        )
+        up = GaugeMetricFamily(
+            "bottleneck_network_up",
+            "1 when the interface's operstate is up, else 0 (/sys/class/net/<device>/operstate).",
+            labels=["device"],
+        )
+        for device in devices:
+            base = os.path.join(self.sysfs, "class", "net", device)
+            megabits = read_int(os.path.join(base, "speed"))
+            if megabits is not None and megabits > 0 and megabits not in _SPEED_UNKNOWN:
+                speed.add_metric([device], megabits * _BYTES_PER_MEGABIT)
+            state = read_text(os.path.join(base, "operstate"))
+            if state is not None:
+                up.add_metric([device], 1.0 if state.strip() == "up" else 0.0)
+        for family in (speed, up):
+            if family.samples:
+                yield family
+
+    def _infiniband(self) -> Iterable[Metric]:
+        received = CounterMetricFamily("bottleneck_infiniband_port_received_bytes_total",
+                                       "Data received on an InfiniBand port (port_rcv_data x 4).",
+                                       labels=["device", "port"])
+        transmitted = CounterMetricFamily("bottleneck_infiniband_port_transmitted_bytes_total",
+                                          "Data transmitted on an InfiniBand port (port_xmit_data x 4).",
+                                          labels=["device", "port"])
+        root = os.path.join(self.sysfs, "class", "infiniband")
+        for hca in list_dir(root):
+            for port in list_dir(os.path.join(root, hca, "ports")):
+                counters = os.path.join(root, hca, "ports", port, "counters")
+                for family, filename in ((received, "port_rcv_data"), (transmitted, "port_xmit_data")):
+                    value = read_int(os.path.join(counters, filename))
+                    if value is not None:
+                        family.add_metric([hca, port], value * _INFINIBAND_BYTES_PER_UNIT)
+        for family in (received, transmitted):
+            if family.samples:
+                yield family
