@@ -1,0 +1,157 @@
+"""Training processes on this node: CPU per thread role, busiest thread, memory, context switches, IO.
+
+Finds trainers without being told (``exporter.training_discovery``: DataLoader worker children, a CUDA
+device held open, a command line) or because the push receiver registered them, then reads every thread of
+the trainer and its DataLoader workers (``exporter.threads``). No PID or TID labels: a trainer is named by its
+script and LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
+
+    bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu"} 1.0
+    bottleneck_training_cpu_seconds_total{process="train.py",local_rank="0",role="main",mode="user"} 812.4
+    bottleneck_training_busiest_thread_cpu_ratio{process="train.py",local_rank="0",role="data_worker"} 0.98
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
+from exporter.procfs import USER_HZ
+from exporter.threads import ROLES, TrainerLedger, read_uptime, sample_trainer
+from exporter.training_discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+
+log = logging.getLogger(__name__)
+
+_LABELS = ["process", "local_rank"]
+
+
+def disambiguate(trainers: list[Trainer]) -> dict[tuple[int, int], tuple[str, str]]:
+    """(process, local_rank) label values per trainer identity. Trainers that would share them are told apart
+    by start order: the oldest keeps the plain name, the next is ``train.py#2``, and so on. Stable while
+    they all live; when the oldest exits the next one inherits the plain name (a counter reset there)."""
+    groups: dict[tuple[str, str], list[Trainer]] = {}
+    for trainer in trainers:
+        groups.setdefault((trainer.process, trainer.local_rank), []).append(trainer)
+    labels: dict[tuple[int, int], tuple[str, str]] = {}
+    for (process, local_rank), members in groups.items():
+        for ordinal, trainer in enumerate(sorted(members, key=lambda t: (t.starttime, t.pid)), start=1):
+            labels[trainer.identity] = (process if ordinal == 1 else f"{process}#{ordinal}", local_rank)
+    return labels
+
+
+@register(
+    "training",
+    help="Training processes found on the node: CPU per thread role (main, data_worker, pin_memory, other), "
+    "busiest thread, memory, context switches, IO (/proc/PID/task).",
+    options=(
+        Option("cmdline-include", DEFAULT_CMDLINE_INCLUDE,
+               "Regular expression searched in each process's command line (arguments joined by spaces) "
+               "to find trainers that have no DataLoader workers and no GPU; empty turns this off.",
+               parse_regex),
+        Option("gpu-discovery", True,
+               "Treat processes holding /dev/nvidia-uvm open (a CUDA context) as trainers.", parse_bool),
+        Option("max-processes", 32, "Report at most this many training processes (strongest evidence, then "
+               "oldest, first).", parse_positive_int),
+    ),
+)
+class TrainingCollector:
+    def __init__(self, ctx: Context) -> None:
+        options: dict[str, Any] = ctx.options
+        self.procfs = ctx.procfs
+        self.registry = ctx.training
+        self.max_processes = int(options.get("max-processes", 32))
+        # Only when reading our own /proc can our own PID be recognised (and it never is a trainer).
+        own_pid = os.getpid() if os.path.realpath(ctx.procfs) == "/proc" else None
+        self.discovery = Discovery(
+            ctx.procfs,
+            cmdline_include=str(options.get("cmdline-include", DEFAULT_CMDLINE_INCLUDE)),
+            gpu=bool(options.get("gpu-discovery", True)),
+            own_pid=own_pid,
+        )
+        self._ledgers: dict[tuple[int, int], TrainerLedger] = {}
+        self._dropped_logged = 0
+        # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
+        self._lock = threading.Lock()
+
+    def _sample(self) -> list[tuple[Trainer, TrainerLedger]]:
+        trainers = self.discovery.find(self.registry.processes() if self.registry is not None else ())
+        if len(trainers) > self.max_processes:
+            if len(trainers) != self._dropped_logged:
+                log.warning("found %d training processes, reporting the first %d (--collector.training."
+                            "max-processes)", len(trainers), self.max_processes)
+                self._dropped_logged = len(trainers)
+            trainers = trainers[:self.max_processes]
+        uptime = read_uptime(self.procfs)
+        reported: list[tuple[Trainer, TrainerLedger]] = []
+        for trainer in trainers:
+            sample = sample_trainer(self.procfs, trainer.pid, trainer.worker_pids)
+            if sample is None:
+                continue  # exited since discovery
+            ledger = self._ledgers.get(trainer.identity) or TrainerLedger()
+            ledger.update(sample, uptime)
+            reported.append((trainer, ledger))
+        # Ledgers of trainers that are gone (or no longer reported) go with them.
+        self._ledgers = {trainer.identity: ledger for trainer, ledger in reported}
+        return reported
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            reported = self._sample()
+        labels = disambiguate([trainer for trainer, _ in reported])
+
+        info = GaugeMetricFamily("bottleneck_training_process_info",
+                                 "A training process found on this node; value is always 1.",
+                                 labels=[*_LABELS, "job", "discovered_by"])
+        cpu = CounterMetricFamily("bottleneck_training_cpu_seconds",
+                                  "CPU time of the trainer's threads and its DataLoader workers' threads, by "
+                                  "thread role, counted from when the exporter first saw each thread.",
+                                  labels=[*_LABELS, "role", "mode"])
+        busiest = GaugeMetricFamily("bottleneck_training_busiest_thread_cpu_ratio",
+                                    "CPU of the busiest thread of the role as a share of one core, since the "
+                                    "previous scrape (absent on the first scrape of a process).",
+                                    labels=[*_LABELS, "role"])
+        threads = GaugeMetricFamily("bottleneck_training_threads",
+                                    "Threads per role (worker processes' threads count as data_worker).",
+                                    labels=[*_LABELS, "role"])
+        rss = GaugeMetricFamily("bottleneck_training_resident_memory_bytes",
+                                "Resident memory of the trainer plus its DataLoader workers (pages shared "
+                                "after fork count in each process).", labels=_LABELS)
+        switches = CounterMetricFamily("bottleneck_training_context_switches",
+                                       "Context switches of all threads of the trainer and its workers.",
+                                       labels=[*_LABELS, "kind"])
+        io_read = CounterMetricFamily("bottleneck_training_io_read_bytes",
+                                      "Bytes the trainer and its workers caused to be read from storage "
+                                      "(/proc/PID/io read_bytes).", labels=_LABELS)
+        io_written = CounterMetricFamily("bottleneck_training_io_written_bytes",
+                                         "Bytes the trainer and its workers caused to be written to storage "
+                                         "(/proc/PID/io write_bytes).", labels=_LABELS)
+        workers = GaugeMetricFamily("bottleneck_training_dataloader_workers_found",
+                                    "DataLoader worker processes found for the trainer.", labels=_LABELS)
+
+        for trainer, ledger in reported:
+            base = list(labels[trainer.identity])
+            info.add_metric([*base, trainer.job, trainer.discovered_by], 1.0)
+            for role in ROLES:
+                user, system = ledger.cpu_ticks[role]
+                cpu.add_metric([*base, role, "user"], user / USER_HZ)
+                cpu.add_metric([*base, role, "system"], system / USER_HZ)
+                threads.add_metric([*base, role], ledger.threads_by_role[role])
+                if role in ledger.busiest:
+                    busiest.add_metric([*base, role], ledger.busiest[role])
+            if ledger.rss_bytes is not None:
+                rss.add_metric(base, ledger.rss_bytes)
+            switches.add_metric([*base, "voluntary"], ledger.voluntary_switches)
+            switches.add_metric([*base, "involuntary"], ledger.involuntary_switches)
+            if ledger.io_read_bytes is not None and ledger.io_written_bytes is not None:
+                io_read.add_metric(base, ledger.io_read_bytes)
+                io_written.add_metric(base, ledger.io_written_bytes)
+            workers.add_metric(base, ledger.workers_found)
+
+        for family in (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers):
+            if family.samples:
+                yield family
