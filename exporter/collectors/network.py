@@ -40,8 +40,8 @@ _COLUMNS = 16
 _BYTES_PER_MEGABIT = 1_000_000 // 8
 _SPEED_UNKNOWN = (-1, 0xFFFFFFFF)
 
-# port_rcv_data / port_xmit_data count octets divided by 4: the IBA spec counts data in 32-bit words, "one
-# word per lane" in the sysfs ABI docs (Documentation/ABI/stable/sysfs-class-infiniband). Multiply by 4.
+# port_rcv_data / port_xmit_data are "data octets, divided by 4 (lanes)" (Documentation/ABI/stable/
+# sysfs-class-infiniband; mlx5 reports its octet counters shifted right by 2), so bytes = value x 4.
 _INFINIBAND_BYTES_PER_UNIT = 4
 
 
