@@ -253,6 +253,16 @@ def test_without_sysfs_partitions_are_recognised_by_name(tmp_path: Path) -> None
     assert label_values(registry, "bottleneck_disk_read_bytes_total", "device") == {"nvme0n1", "sda", "dm-0"}
 
 
+def test_without_sysfs_dm_10_is_not_taken_for_a_partition_of_dm_1(tmp_path: Path) -> None:
+    procfs, _ = fixture_copy(tmp_path)
+    with (procfs / "diskstats").open("a") as fh:
+        for minor, name in ((1, "dm-1"), (10, "dm-10"), (0, "md1"), (1, "md12"), (2, "md1p1")):
+            fh.write(f" 253 {minor:7d} {name} 10 0 80 1 0 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    registry = host_registry(procfs, tmp_path / "no-sysfs")
+    assert label_values(registry, "bottleneck_disk_read_bytes_total", "device") == {
+        "nvme0n1", "sda", "dm-0", "dm-1", "dm-10", "md1", "md12"}
+
+
 def test_loopback_is_left_out_by_default_and_included_on_request() -> None:
     assert label_values(host_registry(HOST / "proc", HOST / "sys"), "bottleneck_network_receive_bytes_total",
                         "device") == {"eth0", "ib0", "docker0"}

@@ -2,9 +2,9 @@
 
 Partitions are left out by default: their I/O is already counted in their disk's line. A device is a whole
 disk when /sys/block/<device> exists; without sysfs (a container that mounts only /proc), a device whose
-name is another listed device's name plus a partition number (sda1, nvme0n1p2, mmcblk0p1) is taken for a
-partition. loop, ram, zram, fd and sr devices are left out by ``device-exclude``; ``device-include`` adds
-devices back. ::
+name is another listed device's name plus a partition number, as the kernel names them (sda1, nvme0n1p2,
+mmcblk0p1), is taken for a partition. loop, ram, zram, fd and sr devices are left out by
+``device-exclude``; ``device-include`` adds devices back. ::
 
     bottleneck_disk_read_bytes_total{device="nvme0n1"} 1.2e+10
     bottleneck_disk_io_time_seconds_total{device="nvme0n1"} 512.3
@@ -46,7 +46,7 @@ _IO_NOW = 8
 # Kernels before 4.18 print 11 numbers; newer ones add discard and flush columns that we do not use.
 _MIN_COLUMNS = 11
 
-_PARTITION_SUFFIX = re.compile(r"p?\d+")
+_PARTITION_NUMBER = re.compile(r"\d+")
 
 
 def parse_diskstats(text: str) -> dict[str, list[int]]:
@@ -70,8 +70,11 @@ def whole_disks(sysfs: str, names: Iterable[str]) -> set[str]:
 
 
 def _is_partition_of(name: str, parent: str) -> bool:
-    suffix = name[len(parent):]
-    return name != parent and name.startswith(parent) and bool(_PARTITION_SUFFIX.fullmatch(suffix))
+    # The kernel names partitions <disk><n>, or <disk>p<n> when the disk's name ends in a digit
+    # (nvme0n1p1), so dm-10 is not a partition of dm-1.
+    separator = "p" if parent[-1:].isdigit() else ""
+    prefix = parent + separator
+    return name.startswith(prefix) and bool(_PARTITION_NUMBER.fullmatch(name[len(prefix):]))
 
 
 @register(
