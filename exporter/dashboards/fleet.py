@@ -1,0 +1,246 @@
+"""Fleet overview: which nodes and jobs have a bottleneck verdict now, and how busy the fleet's GPUs are.
+
+Reads the firing verdict alerts (``ALERTS``), GPU utilization and the training jobs' step timings across all
+``$instance``; answers "where in the fleet is training slow, and why?".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.dashboards import verdict_catalogue
+from exporter.dashboards.panels import (
+    Panel,
+    Query,
+    Threshold,
+    bargauge,
+    dashboard,
+    query_variable,
+    row,
+    stat,
+    table,
+    timeseries,
+)
+from exporter.dashboards.thresholds import threshold
+
+UID = "bottleneck-fleet"
+N = 'instance=~"$instance"'
+RI = "$__rate_interval"
+
+
+def verdict_panels() -> list[Panel]:
+    firing = verdict_catalogue.firing_selector(f'{N}, job=~"$job"')
+    return [
+        row("Verdicts"),
+        stat(
+            "Verdicts firing",
+            "Bottleneck verdicts firing now, by severity.",
+            "short",
+            [Query(f"count by (severity) ({firing})", "{{severity}}")],
+            width=6,
+            height=8,
+            thresholds=[Threshold(1, "orange")],
+            decimals=0,
+        ),
+        table(
+            "Verdicts by node and job",
+            "Every firing bottleneck verdict with the node, training job and rank "
+            "it is about. Open the node or training-job dashboard for the evidence; the runbook link of "
+            "each alert says what to change.",
+            "none",
+            [Query(f"max by (alertname, severity, instance, job, rank) ({firing})", instant=True, table=True)],
+            width=18,
+            height=8,
+            hide=("Time", "Value"),
+        ),
+        bargauge(
+            "Nodes per verdict",
+            "How many nodes each verdict fires on: one verdict on many nodes points at "
+            "a shared cause (storage, a bad image, a config rolled out everywhere).",
+            "short",
+            [Query(f"count by (alertname) (max by (alertname, instance) ({firing}))", "{{alertname}}")],
+            width=24,
+            height=6,
+            min_value=0,
+        ),
+    ]
+
+
+def gpu_panels() -> list[Panel]:
+    busy = threshold("gpu_busy_ratio", 0.8)
+    return [
+        row("GPU utilization across the fleet"),
+        stat(
+            "Fleet GPU utilization",
+            "Mean nvidia-smi GPU-Util over every GPU in the selection.",
+            "percentunit",
+            [Query(f'avg(bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}})')],
+            width=6,
+            thresholds=[Threshold(busy, "green")],
+        ),
+        stat(
+            "GPUs up / down",
+            "GPUs answering NVML, and GPUs lost (GPU_IS_LOST: drain the node).",
+            "short",
+            [
+                Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
+                Query(f"count(bottleneck_gpu_up{{{N}}} == 0)", "down"),
+            ],
+            width=6,
+            decimals=0,
+        ),
+        stat(
+            "Idle GPU memory held",
+            "GPUs holding over half their memory while under 10% utilized: capacity "
+            "reserved by jobs that do not use it.",
+            "short",
+            [
+                Query(
+                    f"count((bottleneck_gpu_memory_used_bytes{{{N}}} "
+                    f"/ bottleneck_gpu_memory_total_bytes{{{N}}} "
+                    f"> 0.5) and (bottleneck_gpu_utilization_ratio{{{N}}} < 0.1))"
+                )
+            ],
+            width=6,
+            decimals=0,
+        ),
+        stat(
+            "Training jobs reporting",
+            "Training jobs whose hook pushed a step to any exporter.",
+            "short",
+            [Query(f'count(count by (job) (bottleneck_train_info{{{N}, job=~"$job"}}))')],
+            width=6,
+            decimals=0,
+        ),
+        timeseries(
+            "GPU utilization per node",
+            "Mean GPU-Util of each node's GPUs.",
+            "percentunit",
+            [
+                Query(
+                    f'avg by (instance) (bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}})',
+                    "{{instance}}",
+                )
+            ],
+            width=12,
+            min_value=0,
+            max_value=1,
+        ),
+        bargauge(
+            "Least busy GPUs",
+            "The ten GPUs with the lowest mean utilization over the selected range: "
+            "where to look first for an input-bound or idle job.",
+            "percentunit",
+            [
+                Query(
+                    f'bottomk(10, avg_over_time(bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}}[$__range]))',
+                    "{{instance}} GPU {{gpu}}",
+                    instant=True,
+                )
+            ],
+            width=12,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(busy, "green")],
+        ),
+    ]
+
+
+def job_panels() -> list[Panel]:
+    data_wait = threshold("data_wait_ratio", 0.5)
+    jobs = f'{N}, job=~"$job"'
+    return [
+        row("Training jobs"),
+        timeseries(
+            "Data-wait share per job",
+            "Share of the job's step time spent waiting for data, all ranks "
+            "together; above the line the job is input-bound.",
+            "percentunit",
+            [
+                Query(
+                    f'sum by (job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, phase="data_wait"}}'
+                    f"[{RI}])) / sum by (job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, "
+                    f'phase="step"}}[{RI}]))',
+                    "{{job}}",
+                )
+            ],
+            width=12,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(data_wait, "red")],
+        ),
+        timeseries(
+            "Samples per second per job",
+            "Training throughput of each job, all ranks together.",
+            "short",
+            [Query(f"sum by (job) (rate(bottleneck_train_samples_total{{{jobs}}}[{RI}]))", "{{job}}")],
+            width=12,
+            min_value=0,
+        ),
+        timeseries(
+            "CPU busy per node",
+            "Share of all cores busy on each node.",
+            "percentunit",
+            [
+                Query(
+                    f'1 - avg by (instance) (rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}]))',
+                    "{{instance}}",
+                )
+            ],
+            width=12,
+            min_value=0,
+            max_value=1,
+        ),
+        table(
+            "Failing collectors",
+            "Collectors that failed on their last scrape, per node (the rest of the scrape still works).",
+            "none",
+            [Query(f"bottleneck_scrape_collector_success{{{N}}} == 0", instant=True, table=True)],
+            width=12,
+            hide=("Time", "Value", "__name__"),
+        ),
+    ]
+
+
+def build(regenerate: str) -> dict[str, Any]:
+    variables = [
+        query_variable(
+            "instance",
+            "Node",
+            "label_values(bottleneck_scrape_collector_success, instance)",
+            description="Nodes (scrape targets).",
+        ),
+        query_variable(
+            "job",
+            "Training job",
+            "label_values(bottleneck_train_info, job)",
+            description="Training jobs sent by the hook; verdicts about a node carry the scrape job.",
+        ),
+        query_variable(
+            "gpu",
+            "GPU",
+            'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
+            description="NVML index, or parent/GI/CI for a MIG instance.",
+        ),
+    ]
+    links = [
+        {
+            "type": "link",
+            "title": "Node view",
+            "url": "/d/bottleneck-node",
+            "includeVars": False,
+            "keepTime": True,
+            "tooltip": "nvidia-smi + htop + iotop for one node",
+        }
+    ]
+    panels = [*verdict_panels(), *gpu_panels(), *job_panels()]
+    return dashboard(
+        UID,
+        "Bottleneck / Fleet overview",
+        "Bottleneck verdicts per node and job, and GPU utilization across the fleet.",
+        panels,
+        variables,
+        tags=["fleet"],
+        links=links,
+        regenerate=regenerate,
+    )

@@ -1,0 +1,570 @@
+"""Node view: the nvidia-smi + htop + iotop picture of one node on one page.
+
+Reads the host collectors' series (gpu, cpu, memory, pressure, disk, network, training processes) for one
+``$instance``; answers "what is this node's hardware doing while the job trains, and which part is the
+bottleneck?".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.dashboards.panels import (
+    Panel,
+    Query,
+    Threshold,
+    dashboard,
+    heatmap,
+    query_variable,
+    row,
+    stat,
+    table,
+    timeseries,
+)
+from exporter.dashboards.thresholds import threshold
+
+UID = "bottleneck-node"
+N = 'instance=~"$instance"'
+G = f'{N}, gpu=~"$gpu"'
+RI = "$__rate_interval"
+# Reasons NVML reports that do not slow a busy GPU down (idle, application clock setting, display clock).
+BENIGN_CLOCK_REASONS = "gpu_idle|applications_clocks_setting|display_clock_setting"
+
+
+def gpu_panels() -> list[Panel]:
+    busy = threshold("gpu_busy_ratio", 0.8)
+    return [
+        row("GPUs"),
+        stat(
+            "GPUs up",
+            "GPUs answering NVML on this node; a GPU that fell off the bus (GPU_IS_LOST) counts as "
+            "down and needs draining.",
+            "none",
+            [
+                Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
+                Query(f"count(bottleneck_gpu_up{{{N}}} == 0)", "down"),
+            ],
+            width=4,
+            thresholds=[],
+        ),
+        timeseries(
+            "GPU utilization",
+            "nvidia-smi GPU-Util per GPU: share of time at least one kernel ran. A "
+            "sawtooth between ~0 and ~1 means the GPU waits for each batch; a flat low line means small "
+            "kernels or a small batch.",
+            "percentunit",
+            [Query(f"bottleneck_gpu_utilization_ratio{{{G}}}", "GPU {{gpu}}")],
+            width=10,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(busy, "transparent")],
+        ),
+        heatmap(
+            "GPU-Util samples (sub-second)",
+            "Distribution of NVML's sub-second GPU-Util samples per "
+            "interval. Mass at both 0 and 1 is the sawtooth of a GPU starved between batches; a 15 s average "
+            "hides it.",
+            "percentunit",
+            [Query(f"sum by (le) (increase(bottleneck_gpu_utilization_samples_bucket{{{G}}}[{RI}]))")],
+            width=10,
+        ),
+        timeseries(
+            "GPU memory used",
+            "Framebuffer memory used / total per GPU. Low memory with low utilization "
+            "suggests a bigger batch; above the nearly-full threshold an OOM is close.",
+            "percentunit",
+            [
+                Query(
+                    f"bottleneck_gpu_memory_used_bytes{{{G}}} / bottleneck_gpu_memory_total_bytes{{{G}}}",
+                    "GPU {{gpu}}",
+                )
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(threshold("gpu_memory_full_ratio", 0.95), "red")],
+        ),
+        timeseries(
+            "SM activity and tensor activity (GPM)",
+            "NVML GPM on Hopper and newer: how busy the SMs and "
+            "tensor cores really are (GPU-Util counts a single tiny kernel as 100%). Empty on older GPUs.",
+            "percentunit",
+            [
+                Query(f"bottleneck_gpu_sm_activity_ratio{{{G}}}", "SM activity GPU {{gpu}}"),
+                Query(f"bottleneck_gpu_tensor_activity_ratio{{{G}}}", "tensor GPU {{gpu}}"),
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+        ),
+        timeseries(
+            "Temperature vs slowdown threshold",
+            "GPU core temperature and the temperature at which the driver starts slowing the clocks down.",
+            "celsius",
+            [
+                Query(f"bottleneck_gpu_temperature_celsius{{{G}}}", "GPU {{gpu}}"),
+                Query(f"bottleneck_gpu_slowdown_temperature_celsius{{{G}}}", "slowdown GPU {{gpu}}"),
+            ],
+            width=8,
+        ),
+        timeseries(
+            "Power draw vs limit",
+            "Board power draw and the enforced power limit; draw pinned at the "
+            "limit goes with a sw_power_cap throttle reason.",
+            "watt",
+            [
+                Query(f"bottleneck_gpu_power_watts{{{G}}}", "GPU {{gpu}}"),
+                Query(f"bottleneck_gpu_power_limit_watts{{{G}}}", "limit GPU {{gpu}}"),
+            ],
+            width=8,
+        ),
+        timeseries(
+            "SM clock vs max",
+            "Current SM clock as a share of its maximum; a drop while busy is throttling.",
+            "percentunit",
+            [
+                Query(
+                    f'bottleneck_gpu_clock_hertz{{{G}, clock="sm"}} / '
+                    f'bottleneck_gpu_clock_max_hertz{{{G}, clock="sm"}}',
+                    "GPU {{gpu}}",
+                )
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+        ),
+        timeseries(
+            "Throttle reasons active",
+            "Clock-event reasons NVML reports as active, benign ones (idle, "
+            "application clocks, display) left out: thermal, power brake and HW slowdown cost speed.",
+            "none",
+            [
+                Query(
+                    f"max by (gpu, reason) (bottleneck_gpu_clock_event_active{{{G}, "
+                    f'reason!~"{BENIGN_CLOCK_REASONS}"}})',
+                    "GPU {{gpu}} {{reason}}",
+                )
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+            bars=True,
+        ),
+        timeseries(
+            "Time throttled",
+            "Share of time the clocks were held down, per reason (nvmlDeviceGetViolationStatus).",
+            "percentunit",
+            [Query(f"rate(bottleneck_gpu_throttled_seconds_total{{{G}}}[{RI}])", "GPU {{gpu}} {{reason}}")],
+            width=8,
+            min_value=0,
+        ),
+        table(
+            "PCIe link",
+            "PCIe generation and lane width, current vs maximum. The link drops to Gen1 when idle "
+            "by design; only a lower width or generation while the GPU is busy points at a bad slot or "
+            "riser.",
+            "none",
+            [
+                Query(f"bottleneck_gpu_pcie_link_generation{{{G}}}", instant=True, table=True),
+                Query(f"bottleneck_gpu_pcie_link_max_generation{{{G}}}", instant=True, table=True),
+                Query(f"bottleneck_gpu_pcie_link_width{{{G}}}", instant=True, table=True),
+                Query(f"bottleneck_gpu_pcie_link_max_width{{{G}}}", instant=True, table=True),
+                Query(f"bottleneck_gpu_utilization_ratio{{{G}}}", instant=True, table=True),
+            ],
+            width=12,
+            hide=("Time", "job", "instance", "__name__"),
+            rename={
+                "Value #A": "gen",
+                "Value #B": "max gen",
+                "Value #C": "width",
+                "Value #D": "max width",
+                "Value #E": "GPU-Util",
+            },
+        ),
+        timeseries(
+            "PCIe throughput",
+            "Host-device traffic per direction.",
+            "Bps",
+            [Query(f"bottleneck_gpu_pcie_throughput_bytes_per_second{{{G}}}", "GPU {{gpu}} {{direction}}")],
+            width=12,
+        ),
+        timeseries(
+            "ECC errors and PCIe replays",
+            "New uncorrected ECC errors (drain the node) and PCIe replays (a flaky link) per interval.",
+            "short",
+            [
+                Query(
+                    f'increase(bottleneck_gpu_ecc_errors_total{{{G}, type="uncorrected"}}[{RI}])',
+                    "uncorrected ECC GPU {{gpu}}",
+                ),
+                Query(f"increase(bottleneck_gpu_pcie_replays_total{{{G}}}[{RI}])", "PCIe replays GPU {{gpu}}"),
+            ],
+            width=12,
+            min_value=0,
+        ),
+        timeseries(
+            "GPU memory by process",
+            "Framebuffer memory per process name (top processes).",
+            "bytes",
+            [Query(f"sum by (process) (bottleneck_gpu_process_memory_used_bytes{{{G}}})", "{{process}}")],
+            width=12,
+            stack=True,
+        ),
+    ]
+
+
+def cpu_panels() -> list[Panel]:
+    saturated = threshold("cpu_busy_ratio", 0.9)
+    return [
+        row("CPU"),
+        timeseries(
+            "Busy per core",
+            "Share of each core's time not idle (htop's per-core bars). One core pegged "
+            "near 1 while the others idle is a single-threaded loader.",
+            "percentunit",
+            [Query(f'1 - rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}])', "cpu {{cpu}}")],
+            width=12,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(saturated, "red")],
+        ),
+        timeseries(
+            "CPU time by mode",
+            "Whole-node CPU time by mode as a share of all cores; iowait means cores "
+            "idle waiting for storage, steal means the hypervisor took them.",
+            "percentunit",
+            [
+                Query(
+                    f'avg by (mode) (rate(bottleneck_cpu_seconds_total{{{N}, mode!="idle"}}[{RI}]))',
+                    "{{mode}}",
+                )
+            ],
+            width=12,
+            stack=True,
+            min_value=0,
+            max_value=1,
+        ),
+        timeseries(
+            "Load per core",
+            "Load average divided by online CPUs; above the oversubscription threshold "
+            "more threads want to run than there are cores.",
+            "short",
+            [
+                Query(f"bottleneck_load1{{{N}}} / bottleneck_cpus{{{N}}}", "load1 / cores"),
+                Query(f"bottleneck_load5{{{N}}} / bottleneck_cpus{{{N}}}", "load5 / cores"),
+            ],
+            width=8,
+            min_value=0,
+            thresholds=[Threshold(threshold("load_per_core", 1.5), "red")],
+        ),
+        timeseries(
+            "Run-queue wait per core",
+            "Share of time runnable tasks waited for a core (/proc/schedstat): "
+            "the cost of too many threads or workers.",
+            "percentunit",
+            [Query(f"rate(bottleneck_cpu_runqueue_wait_seconds_total{{{N}}}[{RI}])", "cpu {{cpu}}")],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Context switches and runnable tasks",
+            "Context switches per second and tasks running or blocked on IO right now.",
+            "short",
+            [
+                Query(f"rate(bottleneck_context_switches_total{{{N}}}[{RI}])", "context switches/s"),
+                Query(f"bottleneck_procs_running{{{N}}}", "running"),
+                Query(f"bottleneck_procs_blocked{{{N}}}", "blocked"),
+            ],
+            width=8,
+            min_value=0,
+        ),
+    ]
+
+
+def loader_panels() -> list[Panel]:
+    loader_busy = threshold("loader_busy_ratio", 0.9)
+    return [
+        row("Training processes and loader threads"),
+        timeseries(
+            "CPU by thread role",
+            "CPU of each trainer, split by role: main (with num_workers=0 the main "
+            "thread is the loader), data_worker, pin_memory, other; in cores.",
+            "short",
+            [
+                Query(
+                    f"sum by (process, local_rank, role) (rate(bottleneck_training_cpu_seconds_total{{{N}}}[{RI}]))",
+                    "{{process}} r{{local_rank}} {{role}}",
+                )
+            ],
+            width=12,
+            stack=True,
+            min_value=0,
+        ),
+        timeseries(
+            "Busiest thread per role",
+            "The busiest thread of each role as a share of one core; a loader "
+            "at the line is CPU-bound and starves the GPU.",
+            "percentunit",
+            [
+                Query(
+                    f"bottleneck_training_busiest_thread_cpu_ratio{{{N}}}",
+                    "{{process}} r{{local_rank}} {{role}}",
+                )
+            ],
+            width=12,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(loader_busy, "red")],
+        ),
+        timeseries(
+            "Threads and DataLoader workers",
+            "Threads per role, and DataLoader worker processes found for each trainer.",
+            "short",
+            [
+                Query(f"bottleneck_training_threads{{{N}}}", "{{process}} r{{local_rank}} {{role}} threads"),
+                Query(
+                    f"bottleneck_training_dataloader_workers_found{{{N}}}",
+                    "{{process}} r{{local_rank}} workers",
+                ),
+            ],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Trainer memory (RSS)",
+            "Resident memory of each trainer plus its workers.",
+            "bytes",
+            [Query(f"bottleneck_training_resident_memory_bytes{{{N}}}", "{{process}} r{{local_rank}}")],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Trainer reads and involuntary switches",
+            "Bytes the trainer and workers read per second, and "
+            "involuntary context switches per second (preempted for lack of cores).",
+            "short",
+            [
+                Query(
+                    f"rate(bottleneck_training_io_read_bytes_total{{{N}}}[{RI}])",
+                    "{{process}} r{{local_rank}} read B/s",
+                ),
+                Query(
+                    f'rate(bottleneck_training_context_switches_total{{{N}, kind="involuntary"}}[{RI}])',
+                    "{{process}} r{{local_rank}} involuntary/s",
+                ),
+            ],
+            width=8,
+            min_value=0,
+        ),
+    ]
+
+
+def memory_panels() -> list[Panel]:
+    return [
+        row("Memory, swap and pressure"),
+        timeseries(
+            "Memory available",
+            "MemAvailable as a share of MemTotal; below the threshold the page cache "
+            "is squeezed and workers may get OOM-killed.",
+            "percentunit",
+            [
+                Query(
+                    f"bottleneck_memory_available_bytes{{{N}}} / bottleneck_memory_total_bytes{{{N}}}",
+                    "available",
+                )
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(threshold("memory_available_ratio", 0.1), "red")],
+        ),
+        timeseries(
+            "Swap activity",
+            "Pages swapped in and out per second; any sustained swapping during training is a bottleneck.",
+            "short",
+            [
+                Query(f"rate(bottleneck_memory_swapped_in_pages_total{{{N}}}[{RI}])", "swap in pages/s"),
+                Query(f"rate(bottleneck_memory_swapped_out_pages_total{{{N}}}[{RI}])", "swap out pages/s"),
+                Query(f"rate(bottleneck_memory_major_faults_total{{{N}}}[{RI}])", "major faults/s"),
+            ],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Swap used",
+            "Swap space in use (SwapTotal - SwapFree); growing while training means the job no longer fits in RAM.",
+            "bytes",
+            [
+                Query(
+                    f"bottleneck_memory_swap_total_bytes{{{N}}} - bottleneck_memory_swap_free_bytes{{{N}}}",
+                    "swap used",
+                )
+            ],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Pressure stall (PSI)",
+            "Share of time some (or all) tasks stalled on CPU, memory or IO "
+            "(/proc/pressure). 'some io' high with a starving GPU means the input pipeline waits on "
+            "storage.",
+            "percentunit",
+            [Query(f"rate(bottleneck_pressure_seconds_total{{{N}}}[{RI}])", "{{resource}} {{kind}}")],
+            width=16,
+            min_value=0,
+            max_value=1,
+        ),
+        timeseries(
+            "OOM kills",
+            "Processes the kernel OOM killer ended, per interval: a DataLoader worker killed for memory "
+            "restarts the epoch or crashes the job.",
+            "short",
+            [Query(f"increase(bottleneck_memory_oom_kills_total{{{N}}}[{RI}])", "OOM kills")],
+            width=8,
+            min_value=0,
+            bars=True,
+        ),
+    ]
+
+
+def disk_panels() -> list[Panel]:
+    return [
+        row("Disks"),
+        timeseries(
+            "Disk throughput",
+            "Bytes read and written per second per device (iotop's totals).",
+            "Bps",
+            [
+                Query(f"rate(bottleneck_disk_read_bytes_total{{{N}}}[{RI}])", "{{device}} read"),
+                Query(f"rate(bottleneck_disk_written_bytes_total{{{N}}}[{RI}])", "{{device}} write"),
+            ],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Disk utilization",
+            "Share of time the device had IO in flight (iostat %util); near 1 while "
+            "the GPU starves means an IO-bound input pipeline.",
+            "percentunit",
+            [Query(f"rate(bottleneck_disk_io_time_seconds_total{{{N}}}[{RI}])", "{{device}}")],
+            width=8,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(threshold("disk_busy_ratio", 0.9), "red")],
+        ),
+        timeseries(
+            "Disk queue and latency",
+            "Average requests in flight (weighted IO time) and mean read latency.",
+            "short",
+            [
+                Query(f"rate(bottleneck_disk_io_time_weighted_seconds_total{{{N}}}[{RI}])", "{{device}} queue"),
+                Query(
+                    f"rate(bottleneck_disk_read_time_seconds_total{{{N}}}[{RI}]) / "
+                    f"rate(bottleneck_disk_reads_completed_total{{{N}}}[{RI}])",
+                    "{{device}} read s/op",
+                ),
+            ],
+            width=8,
+            min_value=0,
+        ),
+    ]
+
+
+def network_panels() -> list[Panel]:
+    return [
+        row("Network"),
+        timeseries(
+            "Network throughput",
+            "Bytes received and sent per second per interface; remote storage and all-reduce both travel here.",
+            "Bps",
+            [
+                Query(
+                    f'rate(bottleneck_network_receive_bytes_total{{{N}, device!="lo"}}[{RI}])',
+                    "{{device}} rx",
+                ),
+                Query(
+                    f'rate(bottleneck_network_transmit_bytes_total{{{N}, device!="lo"}}[{RI}])',
+                    "{{device}} tx",
+                ),
+            ],
+            width=8,
+            min_value=0,
+        ),
+        timeseries(
+            "Link utilization",
+            "Throughput as a share of the link speed, the larger direction; near 1 means network-bound.",
+            "percentunit",
+            [
+                Query(
+                    f"max by (device) (rate(bottleneck_network_receive_bytes_total{{{N}}}[{RI}]) "
+                    f"or rate(bottleneck_network_transmit_bytes_total{{{N}}}[{RI}])) "
+                    f"/ max by (device) (bottleneck_network_speed_bytes{{{N}}} > 0)",
+                    "{{device}}",
+                )
+            ],
+            width=8,
+            min_value=0,
+            max_value=1,
+        ),
+        timeseries(
+            "Errors, drops and InfiniBand",
+            "Receive/transmit errors and drops per second, and InfiniBand port throughput in bytes per second.",
+            "short",
+            [
+                Query(
+                    f"rate(bottleneck_network_receive_errors_total{{{N}}}[{RI}]) + "
+                    f"rate(bottleneck_network_transmit_errors_total{{{N}}}[{RI}])",
+                    "{{device}} errors/s",
+                ),
+                Query(
+                    f"rate(bottleneck_network_receive_drop_total{{{N}}}[{RI}]) + "
+                    f"rate(bottleneck_network_transmit_drop_total{{{N}}}[{RI}])",
+                    "{{device}} drops/s",
+                ),
+                Query(
+                    f"rate(bottleneck_infiniband_port_received_bytes_total{{{N}}}[{RI}]) + "
+                    f"rate(bottleneck_infiniband_port_transmitted_bytes_total{{{N}}}[{RI}])",
+                    "{{device}}:{{port}} IB B/s",
+                ),
+            ],
+            width=8,
+            min_value=0,
+        ),
+    ]
+
+
+def build(regenerate: str) -> dict[str, Any]:
+    variables = [
+        query_variable(
+            "instance",
+            "Node",
+            "label_values(bottleneck_scrape_collector_success, instance)",
+            multi=False,
+            include_all=False,
+            description="The node (scrape target) to show.",
+        ),
+        query_variable(
+            "gpu",
+            "GPU",
+            'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
+            description="NVML index, or parent/GI/CI for a MIG instance.",
+        ),
+    ]
+    panels = [
+        *gpu_panels(),
+        *cpu_panels(),
+        *loader_panels(),
+        *memory_panels(),
+        *disk_panels(),
+        *network_panels(),
+    ]
+    return dashboard(
+        UID,
+        "Bottleneck / Node",
+        "One node: GPUs with throttle and PCIe state, cores, loader "
+        "threads, memory and swap, pressure, disks and network on one page.",
+        panels,
+        variables,
+        tags=["node"],
+        regenerate=regenerate,
+    )
