@@ -6,17 +6,23 @@ TORCH_VERSION ?= 2.13.0
 
 .PHONY: venv run test lint golden generate
 
-$(VENV)/.installed: pyproject.toml
+# The exporter alone: no torch.
+$(VENV)/.runtime: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# Everything the tests need: torch (CPU build, pinned) first, then the project with its extras.
+$(VENV)/.installed: pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
 	$(PY) -m pip install -q -e '.[torch,test,lint,frameworks]'
 	touch $@
 
 venv: $(VENV)/.installed
 
-run: venv
-	$(VENV)/bin/bottleneck-exporter
+run: $(VENV)/.runtime
+	$(VENV)/bin/bottleneck-exporter $(ARGS)
 
 test: venv
 	$(PY) -m pytest -q
