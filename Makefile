@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv run test lint golden generate
+.PHONY: venv tools run test lint golden generate
 
 # The exporter alone: no torch.
 $(VENV)/.runtime: pyproject.toml
@@ -24,7 +24,11 @@ venv: $(VENV)/.installed
 run: $(VENV)/.runtime
 	$(VENV)/bin/bottleneck-exporter $(ARGS)
 
-test: venv
+# Debian packages the tests use for real (prometheus, promtool, alertmanager, amtool, ...).
+tools:
+	scripts/install-test-tools
+
+test: venv tools
 	$(PY) -m pytest -q
 
 lint: venv
@@ -33,4 +37,4 @@ lint: venv
 
 # Regenerate the golden scrapes after an intended change; review them as a diff.
 golden: venv
-	$(PY) -m pytest -q tests/test_golden.py --update-golden
+	$(PY) -m pytest -q -m golden --update-golden
