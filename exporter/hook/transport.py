@@ -1,0 +1,128 @@
+"""How the hook's datagrams leave the training process: one non-blocking datagram socket, never a wait.
+
+Reads ``BOTTLENECK_PUSH_ADDRESS`` (``unix:///path``, ``udp://127.0.0.1:PORT`` or ``off``); without it, sends
+to the first of ``exporter.push.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
+restarting, its queue full, permission denied) drops the datagram and counts it in ``dropped``; the next send
+simply tries again, so the hook recovers by itself when the exporter comes back. The exporter shows the count
+once a datagram gets through::
+
+    bottleneck_train_hook_dropped_datagrams_total{job="resnet",rank="0"} 3.0
+
+Fork-safe: a forked child (a DataLoader worker) never sends, checked by PID and by ``os.register_at_fork``,
+which also closes the child's copy of the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import weakref
+from typing import Any
+
+from exporter.push.paths import socket_candidates
+
+log = logging.getLogger("exporter.hook")
+
+_transports: weakref.WeakSet[Transport] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for transport in list(_transports):
+        transport.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class AddressError(ValueError):
+    pass
+
+
+def parse_address(text: str) -> tuple[int, Any] | None:
+    """``unix:///path`` → (AF_UNIX, path); ``udp://host:port`` → (AF_INET[6], (host, port)); ``off`` → None."""
+    text = text.strip()
+    if text.lower() in ("off", "none", "disabled"):
+        return None
+    if text.startswith("unix://"):
+        path = text[len("unix://"):]
+        if not path.startswith("/"):
+            raise AddressError(f"BOTTLENECK_PUSH_ADDRESS={text!r}: expected unix:///absolute/path")
+        return socket.AF_UNIX, path
+    if text.startswith("udp://"):
+        host, sep, port = text[len("udp://"):].rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise AddressError(f"BOTTLENECK_PUSH_ADDRESS={text!r}: expected udp://HOST:PORT")
+        return (socket.AF_INET6 if ":" in host else socket.AF_INET), (host, int(port))
+    raise AddressError(f"BOTTLENECK_PUSH_ADDRESS={text!r}: expected unix:///path, udp://HOST:PORT or off")
+
+
+class Transport:
+    def __init__(self, address: str | None = None) -> None:
+        text = address if address is not None else os.environ.get("BOTTLENECK_PUSH_ADDRESS")
+        if text is not None and text.strip():
+            parsed = parse_address(text)
+            self.targets: list[tuple[int, Any]] = [parsed] if parsed is not None else []
+        else:
+            self.targets = [(socket.AF_UNIX, path) for path in socket_candidates()]
+        self.enabled = bool(self.targets)
+        self.sent = 0
+        self.dropped = 0
+        self._pid = os.getpid()
+        self._sockets: dict[int, socket.socket] = {}
+        self._preferred = 0  # index of the target that worked last
+        self._warned: set[str] = set()
+        _transports.add(self)
+
+    def send(self, data: bytes) -> bool:
+        """Send one datagram or drop it; never blocks, never raises."""
+        if not self.enabled or os.getpid() != self._pid:
+            return False
+        count = len(self.targets)
+        for offset in range(count):
+            index = (self._preferred + offset) % count
+            family, target = self.targets[index]
+            try:
+                self._socket(family).sendto(data, target)
+            except (FileNotFoundError, ConnectionRefusedError):
+                continue  # nobody listens there (yet): try the next candidate
+            except BlockingIOError:
+                break  # the exporter's queue is full: it is slow, drop rather than wait
+            except PermissionError as err:
+                self._warn_once("permission", "cannot send to %s (%s): add this user to the socket's group "
+                                "(see docs/hook.md)", target, err.strerror)
+                continue
+            except OSError as err:
+                self._warn_once(f"oserror-{err.errno}", "cannot send to %s: %s", target, err)
+                break
+            self._preferred = index
+            self.sent += 1
+            return True
+        self.dropped += 1
+        return False
+
+    def _socket(self, family: int) -> socket.socket:
+        sock = self._sockets.get(family)
+        if sock is None:
+            sock = socket.socket(family, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            self._sockets[family] = sock
+        return sock
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("bottleneck hook: " + message, *args)
+
+    def forked(self) -> None:
+        """In a forked child: this copy must never send; close its file descriptors."""
+        self.enabled = False
+        self.close()
+
+    def close(self) -> None:
+        for sock in self._sockets.values():
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._sockets.clear()

@@ -1,0 +1,125 @@
+"""Metric families built, fresh on every scrape, from the job store and the receiver's counters.
+
+Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per job and rank::
+
+    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_step_duration_seconds_bucket{job="resnet",rank="0",le="0.25"} 103.0
+    bottleneck_train_dataloader_num_workers{job="resnet",rank="0"} 0.0
+
+plus the receiver's own ``bottleneck_push_*`` series. Names follow docs/metrics.md ("push receiver").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from exporter.push.schema import GPU_MEMORY, GPU_PHASES, HOST_PHASES, REASONS, STEP_BUCKETS
+from exporter.push.store import RankState
+
+_JR = ["job", "rank"]
+_MEMORY_NAMES = {
+    "memory_allocated_bytes": ("allocated", "memory held by tensors (torch.cuda.memory_allocated)"),
+    "memory_reserved_bytes": ("reserved", "memory held by the caching allocator (memory_reserved)"),
+    "memory_peak_bytes": ("peak", "peak memory held by tensors (torch.cuda.max_memory_allocated)"),
+}
+
+
+def _counter(name: str, help_text: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(name.removesuffix("_total"), help_text, labels=labels or _JR)
+
+
+def _gauge(name: str, help_text: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=labels or _JR)
+
+
+def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],
+             jobs: int) -> Iterable[Metric]:
+    phase = _counter("bottleneck_train_phase_seconds_total",
+                     "Host time per training-step phase, as measured by the in-process hook.",
+                     [*_JR, "phase"])
+    steps = _counter("bottleneck_train_steps_total", "Optimizer steps completed.")
+    samples = _counter("bottleneck_train_samples_total", "Samples processed.")
+    duration = HistogramMetricFamily("bottleneck_train_step_duration_seconds",
+                                     "Whole optimizer-step time on the host clock.", labels=_JR)
+    gpu_phase = _counter("bottleneck_train_gpu_phase_seconds_total",
+                         "GPU time per phase from CUDA events.", [*_JR, "phase"])
+    gpu_busy = _counter("bottleneck_train_gpu_busy_seconds_total",
+                        "GPU time from the first to the last event of each step (CUDA events).")
+    gpu_idle = _counter("bottleneck_train_gpu_idle_seconds_total",
+                        "GPU time between the last event of a step and the first of the next (CUDA events).")
+    memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
+              for key, (short, text) in _MEMORY_NAMES.items()}
+    loader = {
+        "num_workers": _gauge("bottleneck_train_dataloader_num_workers", "DataLoader num_workers."),
+        "batch_size": _gauge("bottleneck_train_dataloader_batch_size", "DataLoader batch_size."),
+        "prefetch_factor": _gauge("bottleneck_train_dataloader_prefetch_factor",
+                                  "DataLoader prefetch_factor (absent with num_workers=0)."),
+        "pin_memory": _gauge("bottleneck_train_dataloader_pin_memory", "DataLoader pin_memory (1 or 0)."),
+        "persistent_workers": _gauge("bottleneck_train_dataloader_persistent_workers",
+                                     "DataLoader persistent_workers (1 or 0)."),
+    }
+    info = _gauge("bottleneck_train_info", "Identity of a training rank pushing to this exporter; value 1.",
+                  [*_JR, "local_rank", "world_size", "device"])
+    last_step = _gauge("bottleneck_train_last_step_timestamp_seconds",
+                       "Unix time at which the rank's last reported step ended.")
+    dropped = _counter("bottleneck_train_hook_dropped_datagrams_total",
+                       "Datagrams the hook could not send (exporter absent, slow or restarting).")
+
+    for state in sorted(ranks, key=lambda s: (s.snapshot.job, s.snapshot.rank)):
+        snap = state.snapshot
+        jr = [snap.job, str(snap.rank)]
+        for name in HOST_PHASES:
+            phase.add_metric([*jr, name], snap.phase_seconds[name])
+        steps.add_metric(jr, snap.steps)
+        samples.add_metric(jr, snap.samples)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*STEP_BUCKETS, float("inf")), snap.step_buckets, strict=True):
+            cumulative += count
+            buckets.append((_le(bound), float(cumulative)))
+        duration.add_metric(jr, buckets, sum_value=snap.phase_seconds["step"])
+        info.add_metric([*jr, str(snap.local_rank), str(snap.world_size), snap.device], 1.0)
+        if snap.steps:
+            last_step.add_metric(jr, snap.time)
+        dropped.add_metric(jr, snap.dropped)
+        if snap.loader is not None:
+            settings = snap.loader
+            loader["num_workers"].add_metric(jr, settings.num_workers)
+            loader["pin_memory"].add_metric(jr, float(settings.pin_memory))
+            loader["persistent_workers"].add_metric(jr, float(settings.persistent_workers))
+            if settings.batch_size is not None:
+                loader["batch_size"].add_metric(jr, settings.batch_size)
+            if settings.prefetch_factor is not None:
+                loader["prefetch_factor"].add_metric(jr, settings.prefetch_factor)
+        if snap.gpu is not None:
+            for name in GPU_PHASES:
+                gpu_phase.add_metric([*jr, name], snap.gpu.phase_seconds[name])
+            gpu_busy.add_metric(jr, snap.gpu.busy_seconds)
+            gpu_idle.add_metric(jr, snap.gpu.idle_seconds)
+            for key in GPU_MEMORY:
+                if key in snap.gpu.memory:
+                    memory[key].add_metric(jr, snap.gpu.memory[key])
+
+    yield from (phase, steps, samples, duration, gpu_phase, gpu_busy, gpu_idle, *memory.values(),
+                *loader.values(), info, last_step, dropped)
+
+    yield CounterMetricFamily("bottleneck_push_datagrams", "Datagrams received by the push receiver.",
+                              value=datagrams)
+    rejected_family = _counter("bottleneck_push_rejected_total",
+                               "Datagrams dropped by the push receiver, by reason.", ["reason"])
+    for reason in REASONS:
+        rejected_family.add_metric([reason], rejected.get(reason, 0.0))
+    yield rejected_family
+    yield GaugeMetricFamily("bottleneck_push_jobs", "Training jobs tracked by the push receiver.", value=jobs)
+    yield GaugeMetricFamily("bottleneck_push_ranks", "Job/rank pairs tracked by the push receiver.",
+                            value=len(ranks))
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)

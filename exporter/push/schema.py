@@ -1,0 +1,238 @@
+"""The datagram the training hook sends and the exporter's receiver accepts (schema version 1).
+
+Shared by both sides, so it imports nothing but the standard library: the daemon never imports torch and the
+hook must not pull in prometheus_client. ``validate`` turns raw bytes into a ``Snapshot`` or raises
+``Rejected`` with a reason that becomes ``bottleneck_push_rejected_total{reason="..."}``::
+
+    bottleneck_push_rejected_total{reason="bad_number"} 3.0
+    bottleneck_push_rejected_total{reason="too_many_jobs"} 120.0
+
+All counters in a datagram are cumulative since the training process started, so a lost datagram costs
+freshness, never data. See docs/hook.md for the field-by-field description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any
+
+VERSION = 1
+MAX_DATAGRAM_BYTES = 8192
+MAX_WORKER_PIDS = 256
+MAX_RANK = 1 << 20
+# Upper bounds (seconds) of the step-time histogram; the hook counts steps per bucket with the same list.
+STEP_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+HOST_PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
+GPU_PHASES = ("forward", "backward", "optimizer")
+LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
+GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+
+REASONS = (
+    "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
+    "too_many_jobs", "too_many_ranks",
+)
+
+# Label values end up in every series of the job: bound their length and keep them printable and quote-free.
+JOB_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,128}")
+DEVICE_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,32}")
+_JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=/-]")
+
+
+class Rejected(ValueError):
+    """A datagram that is not accepted; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderSettings:
+    num_workers: int
+    pin_memory: bool
+    batch_size: int | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    worker_pids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuTotals:
+    phase_seconds: dict[str, float]
+    busy_seconds: float
+    idle_seconds: float
+    memory: dict[str, float]  # GPU_MEMORY key -> bytes; keys absent when the hook could not read them
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    device: str
+    pid: int
+    seq: int
+    time: float
+    dropped: int
+    steps: int
+    samples: float
+    phase_seconds: dict[str, float]
+    step_buckets: tuple[int, ...]
+    loader: LoaderSettings | None
+    gpu: GpuTotals | None
+
+
+def sanitize_job(name: str) -> str:
+    """A job name the receiver will accept: unsafe characters become ``_``, cut to 128 characters."""
+    cleaned = _JOB_UNSAFE.sub("_", name)[:128]
+    return cleaned or "unknown"
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _reject_constant(token: str) -> float:
+    # json.loads accepts NaN/Infinity by default; they are never valid here.
+    raise Rejected("bad_number", f"{token} is not a finite number")
+
+
+def validate(data: bytes) -> Snapshot:
+    """Parse and check one datagram; raises Rejected naming the reason and the offending key."""
+    if len(data) > MAX_DATAGRAM_BYTES:
+        raise Rejected("too_large", f"{len(data)} bytes > {MAX_DATAGRAM_BYTES}")
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except Rejected:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise Rejected("not_json", str(err)[:80]) from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_json", "top level is not an object")
+    version = obj.get("v")
+    if type(version) is not int or version != VERSION:
+        raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
+    _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
+                         "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
+          optional={"loader", "gpu"}, where="")
+    phases = _mapping(obj, "phase_seconds", HOST_PHASES)
+    buckets = obj["step_buckets"]
+    if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
+        raise Rejected("bad_schema", f"step_buckets: expected a list of {len(STEP_BUCKETS) + 1} counts")
+    snapshot = Snapshot(
+        job=_label(obj, "job", JOB_PATTERN),
+        rank=_int(obj, "rank", 0, MAX_RANK - 1),
+        local_rank=_int(obj, "local_rank", 0, MAX_RANK - 1),
+        world_size=_int(obj, "world_size", 1, MAX_RANK),
+        device=_label(obj, "device", DEVICE_PATTERN),
+        pid=_int(obj, "pid", 1, 1 << 31),
+        seq=_int(obj, "seq", 0, 1 << 62),
+        time=_number(obj, "time"),
+        dropped=_int(obj, "dropped", 0, 1 << 62),
+        steps=_int(obj, "steps", 0, 1 << 62),
+        samples=_number(obj, "samples"),
+        phase_seconds={name: _number(phases, name, "phase_seconds.") for name in HOST_PHASES},
+        step_buckets=tuple(_int({"b": b}, "b", 0, 1 << 62, "step_buckets[]") for b in buckets),
+        loader=_loader(obj["loader"]) if obj.get("loader") is not None else None,
+        gpu=_gpu(obj["gpu"]) if obj.get("gpu") is not None else None,
+    )
+    if sum(snapshot.step_buckets) != snapshot.steps:
+        raise Rejected("bad_number", "step_buckets do not add up to steps")
+    return snapshot
+
+
+def _keys(obj: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:
+    missing = required - obj.keys()
+    if missing:
+        raise Rejected("bad_schema", f"{where}{sorted(missing)[0]}: missing")
+    unknown = obj.keys() - required - optional
+    if unknown:
+        raise Rejected("bad_schema", f"{where}{sorted(map(str, unknown))[0][:40]}: unknown key")
+
+
+def _mapping(obj: dict[str, Any], key: str, names: tuple[str, ...], where: str = "") -> dict[str, Any]:
+    value = obj[key]
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", f"{where}{key}: expected an object")
+    _keys(value, required=set(names), optional=set(), where=f"{where}{key}.")
+    return value
+
+
+def _number(obj: dict[str, Any], key: str, where: str = "") -> float:
+    value = obj[key]
+    if type(value) not in (int, float):
+        raise Rejected("bad_schema", f"{where}{key}: expected a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise Rejected("bad_number", f"{where}{key}: {value!r} is not a finite non-negative number")
+    return number
+
+
+def _int(obj: dict[str, Any], key: str, low: int, high: int, name: str | None = None) -> int:
+    value = obj[key]
+    name = name or key
+    if type(value) is not int:
+        raise Rejected("bad_schema", f"{name}: expected a whole number, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise Rejected("bad_number", f"{name}: {value} outside {low}..{high}")
+    return value
+
+
+def _bool(obj: dict[str, Any], key: str, where: str) -> bool:
+    value = obj[key]
+    if type(value) is not bool:
+        raise Rejected("bad_schema", f"{where}{key}: expected true or false")
+    return value
+
+
+def _label(obj: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise Rejected("bad_schema", f"{key}: expected a string")
+    if not pattern.fullmatch(value):
+        raise Rejected("bad_label", f"{key}: {value[:40]!r} is too long or has characters outside "
+                       "A-Za-z0-9_.:@+=/-")
+    return value
+
+
+def _optional_int(obj: dict[str, Any], key: str, where: str) -> int | None:
+    if obj[key] is None:
+        return None
+    return _int(obj, key, 0, 1 << 31, f"{where}{key}")
+
+
+def _loader(value: Any) -> LoaderSettings:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "loader: expected an object")
+    _keys(value, required={*LOADER_SETTINGS, "worker_pids"}, optional=set(), where="loader.")
+    pids = value["worker_pids"]
+    if not isinstance(pids, list) or len(pids) > MAX_WORKER_PIDS:
+        raise Rejected("bad_schema", f"loader.worker_pids: expected a list of at most {MAX_WORKER_PIDS} PIDs")
+    return LoaderSettings(
+        num_workers=_int(value, "num_workers", 0, 1 << 16, "loader.num_workers"),
+        pin_memory=_bool(value, "pin_memory", "loader."),
+        batch_size=_optional_int(value, "batch_size", "loader."),
+        prefetch_factor=_optional_int(value, "prefetch_factor", "loader."),
+        persistent_workers=_bool(value, "persistent_workers", "loader."),
+        worker_pids=tuple(_int({"p": p}, "p", 1, 1 << 31, "loader.worker_pids[]") for p in pids),
+    )
+
+
+def _gpu(value: Any) -> GpuTotals:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "gpu: expected an object")
+    _keys(value, required={"phase_seconds", "busy_seconds", "idle_seconds"}, optional=set(GPU_MEMORY),
+          where="gpu.")
+    phases = _mapping(value, "phase_seconds", GPU_PHASES, "gpu.")
+    return GpuTotals(
+        phase_seconds={name: _number(phases, name, "gpu.phase_seconds.") for name in GPU_PHASES},
+        busy_seconds=_number(value, "busy_seconds", "gpu."),
+        idle_seconds=_number(value, "idle_seconds", "gpu."),
+        memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
+    )

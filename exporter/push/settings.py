@@ -1,0 +1,234 @@
+"""The push receiver's settings: ``--push.*`` flags and the ``push:`` section of the YAML config.
+
+Builds an ``exporter.push.receiver.PushReceiver`` (a prometheus_client collector with start()/stop()) that
+listens on a Unix datagram socket, and on loopback UDP when asked, for the per-step timings the in-process
+hook (``exporter.hook``) sends. See docs/hook.md for every flag and the datagram schema. Exposes, once
+running::
+
+    bottleneck_push_datagrams_total 5120.0
+    bottleneck_train_phase_seconds_total{job="resnet",phase="data_wait",rank="0"} 10.2
+
+Precedence: built-in default < config file < flag. A bad value is a ConfigError naming the flag or key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import re
+import stat
+from typing import TYPE_CHECKING, Any
+
+from exporter.config import ConfigError
+from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
+from exporter.training_registry import TrainingRegistry
+
+if TYPE_CHECKING:
+    from exporter.push.receiver import PushReceiver
+
+log = logging.getLogger(__name__)
+
+# (flag / YAML key, argparse dest, default, help). Defaults are applied after the YAML file is read, so that
+# "given on the command line" stays distinguishable from "default".
+_SETTINGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("socket", "push_socket", DEFAULT_SOCKET,
+     "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "
+     "falls back to $XDG_RUNTIME_DIR/bottleneck-exporter/ then /tmp/bottleneck-exporter-<uid>/"),
+    ("socket-mode", "push_socket_mode", 0o660, "Octal permissions of the socket file"),
+    ("socket-group", "push_socket_group", None, "Group owning the socket file (its members may push)"),
+    ("listen-udp", "push_listen_udp", None, "Also listen on this loopback HOST:PORT for UDP datagrams (off)"),
+    ("allow-non-loopback", "push_allow_non_loopback", False,
+     "Allow a non-loopback --push.listen-udp address (anyone who reaches it can push)"),
+    ("disable", "push_disable", False, "Run without the push receiver"),
+    ("job-expiry", "push_job_expiry", 600.0, "Forget a job/rank silent for this long (90s, 10m, 1h)"),
+    ("max-jobs", "push_max_jobs", 32, "Training jobs tracked at once; more are counted and dropped"),
+    ("max-ranks-per-job", "push_max_ranks", 64, "Ranks tracked per job; more are counted and dropped"),
+)
+_BOOLEAN = {"allow-non-loopback", "disable"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--push.*`` flags."""
+    for key, dest, default, help_text in _SETTINGS:
+        shown = oct(default) if key == "socket-mode" else ("10m" if key == "job-expiry" else default)
+        if key in _BOOLEAN:
+            parser.add_argument(f"--push.{key}", dest=dest, action="store_true", default=None,
+                                help=f"{help_text}.")
+        else:
+            parser.add_argument(f"--push.{key}", dest=dest, default=None, metavar="VALUE",
+                                help=f"{help_text} (default: {shown}).")
+
+
+def settings(args: argparse.Namespace, file_config: dict[str, Any]) -> dict[str, Any]:
+    """Parsed settings {key: value}; raises ConfigError naming the flag or YAML key."""
+    section = file_config.get("push") or {}
+    if not isinstance(section, dict):
+        raise ConfigError("push: must be a mapping of setting to value")
+    known = {key for key, *_ in _SETTINGS}
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"push.{key}: unknown setting (known: {', '.join(sorted(known))})")
+    parsed: dict[str, Any] = {"socket_given": False}
+    for key, dest, default, _ in _SETTINGS:
+        raw, where = default, None
+        if key in section:
+            raw, where = section[key], f"push.{key}"
+        flag = getattr(args, dest, None)
+        if flag is not None:
+            raw, where = flag, f"--push.{key}"
+        if where is not None and key == "socket":
+            parsed["socket_given"] = True
+        try:
+            parsed[key] = _PARSERS[key](raw) if where is not None else default
+        except ValueError as err:
+            raise ConfigError(f"{where}: {err}") from None
+    if parsed["listen-udp"] is not None and not parsed["allow-non-loopback"]:
+        host = parsed["listen-udp"][0]
+        if not ipaddress.ip_address(host).is_loopback:
+            raise ConfigError(f"--push.listen-udp: {host} is not a loopback address; anyone who can reach it "
+                              "could push (add --push.allow-non-loopback to accept that)")
+    return parsed
+
+
+def build_receiver(args: argparse.Namespace, file_config: dict[str, Any],
+                   training: TrainingRegistry) -> PushReceiver | None:
+    """A bound, not yet started receiver, or None with --push.disable or when no socket could be bound."""
+    conf = settings(args, file_config)
+    if conf["disable"]:
+        log.info("push receiver disabled (--push.disable)")
+        return None
+    from exporter.push.receiver import PushReceiver
+    from exporter.push.store import JobStore
+
+    store = JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"])
+    receiver = PushReceiver(store, training)
+    if conf["socket_given"]:
+        try:
+            _prepare_directory(conf["socket"], private=False)
+            receiver.bind_unix(conf["socket"], conf["socket-mode"], conf["socket-group"])
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--push.socket={conf['socket']}: {err}") from None
+    else:
+        _bind_first_usable(receiver, conf)
+    if conf["listen-udp"] is not None:
+        host, port = conf["listen-udp"]
+        try:
+            receiver.bind_udp(host, port)
+        except OSError as err:
+            receiver.stop()
+            raise ConfigError(f"--push.listen-udp={host}:{port}: {err.strerror or err}") from None
+    if receiver.unix_path is None and receiver.udp_address is None:
+        return None
+    return receiver
+
+
+def _bind_first_usable(receiver: PushReceiver, conf: dict[str, Any]) -> None:
+    tried: list[str] = []
+    for index, path in enumerate(socket_candidates()):
+        try:
+            _prepare_directory(path, private=index > 0)
+            receiver.bind_unix(path, conf["socket-mode"], conf["socket-group"])
+        except (OSError, ValueError) as err:
+            tried.append(f"{path}: {err}")
+            continue
+        if tried:
+            log.warning("push socket %s not usable (%s); listening on %s instead (point the hook at it with "
+                        "BOTTLENECK_PUSH_ADDRESS=unix://%s if it runs as another user)",
+                        DEFAULT_SOCKET, tried[0].split(": ", 1)[1], path, path)
+        return
+    log.error("no usable push socket (tried %s); running without the Unix push receiver", "; ".join(tried))
+
+
+def _prepare_directory(path: str, private: bool) -> None:
+    """Create the socket's directory. A private fallback directory must be ours and closed to others."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700 if private else 0o755, exist_ok=True)
+    if private:
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{directory} is not a directory owned by uid {os.getuid()} with mode 0700")
+
+
+def _parse_path(value: Any) -> str:
+    text = str(value)
+    if not text or not os.path.isabs(text):
+        raise ValueError(f"expected an absolute path, got {value!r}")
+    if len(text.encode()) > 107:
+        raise ValueError("Unix socket paths are limited to 107 bytes")
+    return text
+
+
+def _parse_mode(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        mode = value  # YAML reads 0660 as an octal integer already
+    else:
+        try:
+            mode = int(str(value), 8)
+        except ValueError:
+            raise ValueError(f"expected octal permission bits like 0660, got {value!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"expected octal permission bits like 0660, got {value!r}")
+    return mode
+
+
+def _parse_group(value: Any) -> str | None:
+    text = str(value).strip()
+    if not text:
+        raise ValueError("expected a group name or id")
+    return text
+
+
+def _parse_udp(value: Any) -> tuple[str, int]:
+    text = str(value).strip()
+    match = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", text)
+    if not match:
+        raise ValueError(f"expected HOST:PORT (or [IPv6]:PORT), got {value!r}")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"expected an IP address or localhost, got {host!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} out of range 1-65535")
+    return host, port
+
+
+def _parse_bool(value: Any) -> bool:
+    from exporter.collectors.base import parse_bool
+
+    return parse_bool(value)
+
+
+def _parse_duration(value: Any) -> float:
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", text)
+    if not match:
+        raise ValueError(f"expected a duration like 90s, 10m or 1h, got {value!r}")
+    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"expected a positive duration, got {value!r}")
+    return seconds
+
+
+def _parse_count(value: Any) -> int:
+    from exporter.collectors.base import parse_positive_int
+
+    return parse_positive_int(value)
+
+
+_PARSERS = {
+    "socket": _parse_path,
+    "socket-mode": _parse_mode,
+    "socket-group": _parse_group,
+    "listen-udp": _parse_udp,
+    "allow-non-loopback": _parse_bool,
+    "disable": _parse_bool,
+    "job-expiry": _parse_duration,
+    "max-jobs": _parse_count,
+    "max-ranks-per-job": _parse_count,
+}
