@@ -1,0 +1,208 @@
+"""Kubernetes manifests (deploy/kubernetes): rendered by kustomize, validated offline against the Kubernetes
+schemas (kubernetes-validate --strict) and the prometheus-operator CRD schemas, and checked against the
+exporter's own flags and config loader.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import requests
+import yaml
+
+from exporter.cli import build_parser
+from tests.conftest import FIXTURES, ROOT, require_tool
+
+KUBERNETES = ROOT / "deploy" / "kubernetes"
+GENERATOR = KUBERNETES / "generate_prometheusrule.py"
+CRDS = FIXTURES / "crds"
+KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
+CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
+CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
+
+
+@functools.cache
+def render(kustomization: str) -> tuple[dict[str, Any], ...]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run([kubectl, "kustomize", str(KUBERNETES / kustomization)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def by_kind(objects: tuple[dict[str, Any], ...], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The CRD's openAPIV3Schema with unknown fields refused (what `kubectl apply --validate=strict` does)."""
+    schema = copy.deepcopy(schema)
+
+    def tighten(node: Any) -> None:
+        if isinstance(node, dict):
+            if ("properties" in node and "additionalProperties" not in node
+                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+                node["additionalProperties"] = False
+            for value in node.values():
+                tighten(value)
+        elif isinstance(node, list):
+            for value in node:
+                tighten(value)
+
+    tighten(schema)
+    return schema
+
+
+@functools.cache
+def crd_schema(kind: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / f"monitoring.coreos.com_{CRD_KINDS[kind]}.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return strict_schema(version["schema"]["openAPIV3Schema"])
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(crd_schema(obj["kind"]))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+KUSTOMIZATIONS = ["base", "overlays/gpu-nodes"]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_kustomization_renders_every_object(kustomization: str) -> None:
+    kinds = sorted(o["kind"] for o in render(kustomization))
+    assert kinds == sorted(CORE_KINDS | set(CRD_KINDS))
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_core_objects_pass_kubernetes_validate_strict(kustomization: str) -> None:
+    for obj in render(kustomization):
+        if obj["kind"] in CORE_KINDS:
+            try:
+                kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.path)}")
+
+
+def test_kubernetes_validate_cli_accepts_the_rendered_base(tmp_path: Path) -> None:
+    """The command users run themselves, on the rendered core objects (offline: schemas ship in the package)."""
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump_all([o for o in render("base") if o["kind"] in CORE_KINDS]))
+    cli = Path(sys.executable).parent / "kubernetes-validate"
+    result = subprocess.run([str(cli), "--strict", "-k", KUBERNETES_VERSION, str(path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_kubernetes_validate_strict_refuses_an_unknown_field() -> None:
+    daemonset = copy.deepcopy(by_kind(render("base"), "DaemonSet"))
+    daemonset["spec"]["template"]["spec"]["hostPid"] = True  # the real field is hostPID
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_KINDS))
+def test_crd_objects_match_the_prometheus_operator_schema(kind: str) -> None:
+    obj = by_kind(render("base"), kind)
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert crd_errors(obj) == []
+
+
+def test_crd_schema_refuses_a_misspelled_servicemonitor_field() -> None:
+    monitor = copy.deepcopy(by_kind(render("base"), "ServiceMonitor"))
+    monitor["spec"]["endpoints"][0]["honourLabels"] = True
+    assert any("honourLabels" in error for error in crd_errors(monitor))
+
+
+def test_prometheusrule_is_generated_from_the_rule_files() -> None:
+    """Drift: the committed PrometheusRule holds exactly the groups of prometheus/ and alerts/."""
+    result = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    rule = yaml.safe_load((KUBERNETES / "base" / "prometheusrule.yaml").read_text())
+    sources = [ROOT / "prometheus" / "recording-rules.yml", ROOT / "alerts" / "alert-rules.yml"]
+    expected = [group for source in sources for group in yaml.safe_load(source.read_text())["groups"]]
+    assert rule["spec"]["groups"] == expected
+    first_line = (KUBERNETES / "base" / "prometheusrule.yaml").read_text().splitlines()[0]
+    assert "generate_prometheusrule.py" in first_line
+
+
+def test_prometheusrule_groups_load_in_promtool(tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
+    rule = by_kind(render("base"), "PrometheusRule")
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_daemonset_follows_the_node_exporter_model() -> None:
+    spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True and spec["hostNetwork"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert any(t.get("key") == "nvidia.com/gpu" and t["operator"] == "Exists" for t in spec["tolerations"])
+    (container,) = spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for host_path in ("/host/proc", "/host/sys", "/host/root"):
+        assert mounts[host_path]["readOnly"] is True, host_path
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    push = volumes[mounts["/run/bottleneck-exporter"]["name"]]
+    assert push["hostPath"]["path"] == "/run/bottleneck-exporter", "training pods reach the socket through it"
+
+
+def test_gpu_overlay_selects_gpu_nodes_only() -> None:
+    base = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    gpu = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu.present" not in base["nodeSelector"]
+    assert gpu["nodeSelector"]["nvidia.com/gpu.present"] == "true"
+    assert gpu["runtimeClassName"] == "nvidia"
+
+
+def exporter_args() -> list[str]:
+    (container,) = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
+
+
+def test_daemonset_args_are_exporter_flags() -> None:
+    args = build_parser().parse_args(exporter_args())
+    assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
+    assert args.listen_address.endswith(":9847")
+
+
+def test_service_and_monitor_point_at_the_metrics_port() -> None:
+    objects = render("base")
+    (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"]
+    service = by_kind(objects, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics" and service["spec"]["ports"][0]["port"] == port
+    monitor = by_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True, "the hook's job label must survive the scrape"
+
+
+def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_exporter: Any) -> None:
+    """The ConfigMap's config.yml, mounted where the DaemonSet says, starts a real exporter."""
+    configmap = by_kind(render("base"), "ConfigMap")
+    daemonset = by_kind(render("base"), "DaemonSet")
+    assert configmap["metadata"]["name"] in {v.get("configMap", {}).get("name")
+                                             for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    config = tmp_path / "config.yml"
+    config.write_text(configmap["data"]["config.yml"])
+    exporter = start_exporter([f"--config.file={config}", f"--push.socket={tmp_path / 'push.sock'}",
+                               "--push.socket-mode=0666"])
+    assert requests.get(f"{exporter.url}/-/ready", timeout=5).status_code == 200
+    assert (tmp_path / "push.sock").stat().st_mode & 0o777 == 0o666
