@@ -307,8 +307,8 @@ def resolve_trainers(
 
     Strong evidence (a push registration, pt_data_worker children) always makes a trainer. Weak evidence
     (GPU, command line) is discarded for: DataLoader workers, even orphaned ones; torchrun's agent (comm
-    ``pt_elastic``); descendants of a trainer (helpers forked by it inherit its command line and its open GPU files); and
-    ancestors of a strong trainer (launchers). Between two weak candidates where one descends from the
+    ``pt_elastic``); descendants of a trainer (helpers forked by it inherit its command line and its open
+    GPU files); and ancestors of a strong trainer (launchers). Between two weak candidates where one descends from the
     other, the ancestor wins (the descendant is a helper) unless the descendant has LOCAL_RANK or a GPU and
     the ancestor has not (then the ancestor is a launcher such as deepspeed or accelerate).
     """
