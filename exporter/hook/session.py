@@ -83,10 +83,16 @@ def loader_settings(loader: Any) -> dict[str, Any] | None:
         value = getattr(loader, name, None)
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
+    batch_size = optional_int("batch_size")
+    if batch_size is None:
+        # A loader built from a batch sampler (accelerate's DataLoaderShard, for one) keeps it there.
+        inner = getattr(loader, "batch_sampler", None)
+        size = getattr(inner, "batch_size", None)
+        batch_size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
     return {
         "num_workers": max(workers, 0),
         "pin_memory": bool(getattr(loader, "pin_memory", False)),
-        "batch_size": optional_int("batch_size"),
+        "batch_size": batch_size,
         # DataLoader keeps prefetch_factor even when num_workers=0, where it means nothing.
         "prefetch_factor": optional_int("prefetch_factor") if workers > 0 else None,
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
