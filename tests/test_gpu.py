@@ -1,0 +1,301 @@
+"""The gpu collector: recorded profiles replayed through the GpuBackend protocol, the real NVML backend on a
+machine without a driver, and the exporter's command line serving a replayed profile."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.collectors import REGISTRY, Context
+from exporter.gpu.backend import VIOLATION_POLICIES
+from exporter.gpu.fake import FakeBackend
+from exporter.gpu.profile import FIELDS, ProfileError, load_profile
+from exporter.orchestrator import Orchestrator
+from tests.conftest import FIXTURES, ROOT, require_tool
+
+PROFILES = FIXTURES / "gpu-profiles"
+PROCFS = FIXTURES / "gpu-procfs"
+GOLDEN = ROOT / "tests" / "golden"
+PROFILE_NAMES = sorted(p.stem for p in PROFILES.glob("*.yaml"))
+# Not deterministic (timings, the Python version label), so not part of a golden scrape.
+NOT_IN_GOLDEN = ("bottleneck_scrape_collector_duration_seconds", "bottleneck_build_info")
+
+# The series each GpuBackend field feeds: an unsupported field must leave exactly these out.
+FIELD_SERIES = {
+    "utilization": ["bottleneck_gpu_utilization_ratio", "bottleneck_gpu_memory_utilization_ratio"],
+    "utilization_samples": ["bottleneck_gpu_utilization_samples_count"],
+    "memory": ["bottleneck_gpu_memory_used_bytes", "bottleneck_gpu_memory_total_bytes"],
+    "temperature_celsius": ["bottleneck_gpu_temperature_celsius"],
+    "slowdown_temperature_celsius": ["bottleneck_gpu_slowdown_temperature_celsius"],
+    "shutdown_temperature_celsius": ["bottleneck_gpu_shutdown_temperature_celsius"],
+    "power_watts": ["bottleneck_gpu_power_watts"],
+    "power_limit_watts": ["bottleneck_gpu_power_limit_watts"],
+    "energy_joules": ["bottleneck_gpu_energy_joules_total"],
+    "clocks": ["bottleneck_gpu_clock_hertz"],
+    "max_clocks": ["bottleneck_gpu_clock_max_hertz"],
+    "fan_ratio": ["bottleneck_gpu_fan_ratio"],
+    "clock_event_reasons": ["bottleneck_gpu_clock_event_active"],
+    "violation_seconds": ["bottleneck_gpu_throttled_seconds_total"],
+    "pcie_link": ["bottleneck_gpu_pcie_link_generation", "bottleneck_gpu_pcie_link_max_width"],
+    "pcie_throughput": ["bottleneck_gpu_pcie_throughput_bytes_per_second"],
+    "pcie_replays": ["bottleneck_gpu_pcie_replays_total"],
+    "ecc_errors": ["bottleneck_gpu_ecc_errors_total"],
+    "remapped_rows": ["bottleneck_gpu_remapped_rows", "bottleneck_gpu_remapped_rows_pending"],
+    "processes": ["bottleneck_gpu_process_memory_used_bytes"],
+    "gpm": ["bottleneck_gpu_sm_activity_ratio", "bottleneck_gpu_tensor_activity_ratio"],
+}
+
+
+class Replay:
+    """A gpu collector over a recorded profile, run through the Orchestrator like the exporter does."""
+
+    def __init__(self, profile: str, **options: object) -> None:
+        self.fake = FakeBackend(load_profile(str(PROFILES / f"{profile}.yaml")))
+        ctx = Context(procfs=str(PROCFS), options={"max-processes": 5, **options},
+                      gpu_backend_factory=lambda: self.fake)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(Orchestrator({"gpu": REGISTRY["gpu"].factory(ctx)}))
+
+    def scrape(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    return values(text).get((name, frozenset(labels.items())))
+
+
+def series_of(text: str, name: str, gpu: str) -> list[float]:
+    return [v for (n, labels), v in values(text).items() if n == name and ("gpu", gpu) in labels]
+
+
+def golden_text(exposition: str, profile: str, scrapes: int) -> str:
+    kept = [line for line in exposition.splitlines()
+            if not any(line.startswith(n) or line.startswith(f"# HELP {n} ") or line.startswith(f"# TYPE {n} ")
+                       for n in NOT_IN_GOLDEN)]
+    header = (f"# Regenerate: .venv/bin/pytest tests/test_gpu.py -m golden --update-golden "
+              f"(scrape {scrapes} of tests/fixtures/gpu-profiles/{profile}.yaml)")
+    return "\n".join([header, *kept]) + "\n"
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_golden_scrape(profile: str, update_golden: bool) -> None:
+    replay = Replay(profile)
+    scrapes = replay.fake.profile.scrape_count
+    for _ in range(scrapes):
+        exposition = replay.scrape()
+    text = golden_text(exposition, profile, scrapes)
+    path = GOLDEN / f"gpu-{profile}.prom"
+    if update_golden:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run pytest tests/test_gpu.py --update-golden"
+    assert text == path.read_text(), f"scrape differs from {path}; review the diff, then --update-golden"
+
+
+@pytest.mark.tools
+def test_golden_scrapes_pass_promtool_check_metrics() -> None:
+    promtool = require_tool("promtool")
+    goldens = sorted(GOLDEN.glob("gpu-*.prom"))
+    assert {p.name for p in goldens} == {f"gpu-{name}.prom" for name in PROFILE_NAMES}
+    for path in goldens:
+        result = subprocess.run([promtool, "check", "metrics"], input=path.read_text(), capture_output=True,
+                                text=True, timeout=60)
+        assert (result.returncode, result.stdout + result.stderr) == (0, ""), path.name
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_unsupported_fields_leave_their_series_out_and_nothing_is_nan(profile: str) -> None:
+    replay = Replay(profile)
+    for _ in range(replay.fake.profile.scrape_count):
+        text = replay.scrape()
+    assert all(not math.isnan(v) for v in values(text).values())
+    assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+    checked = 0
+    for rec in replay.fake.profile.gpus:
+        for field in rec.unsupported | rec.function_not_found:
+            for name in FIELD_SERIES[field]:
+                assert series_of(text, name, rec.key) == [], f"{profile}: gpu {rec.key} {field} -> {name}"
+                checked += 1
+        if "violation_seconds" in rec.scrapes[-1] and rec.lost_from_scrape is None:
+            supported = set(rec.scrapes[-1]["violation_seconds"])
+            reasons = {dict(labels)["reason"] for (n, labels) in values(text)
+                       if n == "bottleneck_gpu_throttled_seconds_total" and ("gpu", rec.key) in labels}
+            assert reasons == supported <= set(VIOLATION_POLICIES)
+    assert set(FIELD_SERIES) == set(FIELDS)
+    if profile == "consumer-rtx-2080-super":
+        assert checked >= 3
+
+
+def test_gpu_falling_off_the_bus_reports_it_down_while_the_others_go_on() -> None:
+    replay = Replay("lost-gpu-2x-h200")
+    first = replay.scrape()
+    assert value(first, "bottleneck_gpu_up", gpu="1", uuid="GPU-00000001-0000-0000-0000-000000000001") == 1.0
+    assert series_of(first, "bottleneck_gpu_power_watts", "1") == [611.42]
+
+    second = replay.scrape()
+    assert value(second, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+    assert value(second, "bottleneck_gpu_up", gpu="1", uuid="GPU-00000001-0000-0000-0000-000000000001") == 0.0
+    assert value(second, "bottleneck_gpu_up", gpu="0", uuid="GPU-00000000-0000-0000-0000-000000000000") == 1.0
+    lost_series = {n for (n, labels) in values(second) if ("gpu", "1") in labels}
+    assert lost_series == {"bottleneck_gpu_up", "bottleneck_gpu_info"}
+    assert series_of(second, "bottleneck_gpu_power_watts", "0") == [611.42]
+    assert series_of(second, "bottleneck_gpu_energy_joules_total", "0") == [52219042.73]
+    # The lost GPU is asked once per scrape (its liveness probe), not once per field.
+    replay.scrape()
+    assert replay.fake.calls[("1", "identity")] == 3
+    assert replay.fake.calls[("1", "memory")] == 1
+
+
+def test_not_supported_is_asked_once_then_cached() -> None:
+    replay = Replay("consumer-rtx-2080-super")
+    for _ in range(3):
+        replay.scrape()
+    calls = replay.fake.calls
+    assert calls[("0", "memory")] == 3
+    assert (calls[("0", "ecc_errors")], calls[("0", "remapped_rows")], calls[("0", "gpm")]) == (1, 1, 1)
+    assert calls[("0", "violation_seconds.power")] == 3
+    assert calls[("0", "violation_seconds.board_limit")] == 1
+
+
+def test_missing_nvml_function_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    replay = Replay("a100-2x-sxm4-80gb")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            text = replay.scrape()
+    missing = [r for r in caplog.records if "lacks the function" in r.getMessage()]
+    assert len(missing) == 1 and "gpm" in missing[0].getMessage()
+    assert replay.fake.calls[("0", "gpm")] == replay.fake.calls[("1", "gpm")] == 1
+    assert series_of(text, "bottleneck_gpu_memory_reserved_bytes", "0") == []  # R470: no memory_info_v2
+    assert series_of(text, "bottleneck_gpu_pcie_link_width", "1") == [8.0]
+
+
+def test_node_without_nvml_real_backend(caplog: pytest.LogCaptureFixture) -> None:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("this machine has libnvidia-ml; the no-NVML path is checked on machines without a driver")
+    collector = REGISTRY["gpu"].factory(Context(options={"profile": "", "max-processes": 5}))
+    from exporter.gpu.nvml import NvmlBackend
+
+    assert isinstance(collector.backend, NvmlBackend)  # type: ignore[attr-defined]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Orchestrator({"gpu": collector}))
+    with caplog.at_level(logging.WARNING):
+        texts = [generate_latest(registry).decode() for _ in range(3)]
+    for text in texts:
+        assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+        assert [n for (n, _) in values(text) if n.startswith("bottleneck_gpu_")] == []
+    logged = [r.getMessage() for r in caplog.records if "NVML not available" in r.getMessage()]
+    assert len(logged) == 1 and "Library Not Found" in logged[0]
+
+
+def histogram(text: str, gpu: str) -> dict[str, float]:
+    return {dict(labels)["le"]: v for (n, labels), v in values(text).items()
+            if n == "bottleneck_gpu_utilization_samples_bucket" and ("gpu", gpu) in labels}
+
+
+def test_sawtooth_and_flat_line_have_different_histograms() -> None:
+    replay = Replay("hopper-4x-h100")
+    replay.scrape()
+    text = replay.scrape()
+    saw, busy, low = histogram(text, "0"), histogram(text, "1"), histogram(text, "2")
+    # Sawtooth: many samples at the bottom AND many at the top.
+    assert saw["0.05"] / saw["+Inf"] > 0.3 and (saw["+Inf"] - saw["0.8"]) / saw["+Inf"] > 0.3
+    # Flat busy line: nothing at the bottom, everything at the top.
+    assert busy["0.05"] == 0 and busy["0.8"] == 0
+    # Flat low line: nothing at either end, all in between.
+    assert low["0.05"] == 0 and low["0.3"] == low["+Inf"]
+    # GPU-Util alone cannot tell them apart the same way: the sawtooth's mean sits between the flat ones.
+    means = {g: series_of(text, "bottleneck_gpu_utilization_samples_sum", g)[0]
+             / series_of(text, "bottleneck_gpu_utilization_samples_count", g)[0] for g in ("0", "2")}
+    assert 0.3 < means["0"] < 0.6 and 0.2 < means["2"] < 0.3
+
+
+def test_utilization_samples_are_counted_once_across_scrapes() -> None:
+    replay = Replay("hopper-4x-h100")
+    spec = replay.fake.profile.gpus[1].scrapes[0]["utilization_samples"]
+    counts = []
+    for _ in range(3):
+        counts.append(histogram(replay.scrape(), "1")["+Inf"])
+    assert counts == [spec.count, 2 * spec.count, 3 * spec.count]
+
+
+def test_mig_instances_are_labelled_parent_gpu_instance_compute_instance() -> None:
+    replay = Replay("mig-h200")
+    replay.scrape()
+    text = replay.scrape()
+    up = {dict(labels)["gpu"]: v for (n, labels), v in values(text).items() if n == "bottleneck_gpu_up"}
+    assert up == {"0": 1.0, "0/2/0": 1.0, "0/2/1": 1.0, "0/3/0": 1.0, "0/9/0": 1.0, "0/10/0": 1.0}
+    assert series_of(text, "bottleneck_gpu_utilization_ratio", "0") == []
+    assert series_of(text, "bottleneck_gpu_memory_total_bytes", "0/2/1") == [71424 * 1024**2]
+    # Processes are counted on the instance that runs them, not again on the MIG-enabled parent.
+    assert series_of(text, "bottleneck_gpu_process_memory_used_bytes", "0") == []
+    assert sorted(series_of(text, "bottleneck_gpu_process_memory_used_bytes", "0/2/1")) == [
+        (2194 + 1170) * 1024**2, 13526 * 1024**2]
+    assert replay.fake.calls[("0", "processes")] == 0
+    assert series_of(text, "bottleneck_gpu_sm_activity_ratio", "0/2/0") == [0.962]
+
+
+def test_process_memory_is_bounded_to_the_largest_names_without_pids() -> None:
+    text = Replay("lost-gpu-2x-h200", **{"max-processes": 1}).scrape()
+    assert [(dict(labels)["process"], v) for (n, labels), v in values(text).items()
+            if n == "bottleneck_gpu_process_memory_used_bytes" and ("gpu", "0") in labels] == [
+        ("gpu_burn", 28234 * 1024**2)]
+    text = Replay("lost-gpu-2x-h200").scrape()
+    by_name = {dict(labels)["process"]: v for (n, labels), v in values(text).items()
+               if n == "bottleneck_gpu_process_memory_used_bytes" and ("gpu", "0") in labels}
+    assert by_name == {"gpu_burn": 28234 * 1024**2, "memhog": (2566 + 1542) * 1024**2}
+    assert "pid=" not in text
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("power_watts: 611.42 W", "power_watts: 611.42 furlongs"), "gpus[0].values.power_watts: expected a number"),
+    (("power_watts: 611.42 W", "power_wats: 611.42 W"), "gpus[0].values.power_wats: unknown GPU field"),
+    (("  power_watts: 611.42 W\n", ""), "field power_watts is neither recorded nor listed under unsupported"),
+    (("lost_from_scrape: 2", "lost_from_scrape: soon"), "gpus[1].lost_from_scrape: expected a scrape number"),
+])
+def test_bad_profile_is_refused_naming_the_key(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    source = (PROFILES / "lost-gpu-2x-h200.yaml").read_text()
+    assert change[0] in source
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(source.replace(change[0], change[1], 1))
+    with pytest.raises(ProfileError, match=r"gpu profile .*bad\.yaml: ") as raised:
+        load_profile(str(bad))
+    assert message in str(raised.value)
+
+
+def test_cli_serves_a_replayed_profile(start_exporter) -> None:
+    profile = PROFILES / "hopper-4x-h100.yaml"
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.gpu",
+                               f"--collector.gpu.profile={profile}"])
+    text = exporter.scrape()
+    up = {dict(labels)["gpu"]: v for (n, labels), v in values(text).items() if n == "bottleneck_gpu_up"}
+    assert up == {"0": 1.0, "1": 1.0, "2": 1.0, "3": 1.0}
+    assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+    # The real /proc has no process with the profile's PIDs (above pid_max).
+    names = {dict(labels)["process"] for (n, labels) in values(text) if n.startswith("bottleneck_gpu_process")}
+    assert names == {"unknown"}
+
+
+def test_cli_refuses_an_unreadable_profile(start_exporter) -> None:
+    exporter = start_exporter(["--collector.gpu.profile=/nonexistent/gpu.yaml"], wait=False)
+    assert exporter.proc.wait(timeout=30) == 2
+    assert "gpu profile /nonexistent/gpu.yaml: cannot read" in exporter.proc.stdout.read()
