@@ -190,3 +190,18 @@ def test_provisioning_points_at_the_dashboards() -> None:
     datasources = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text())
     (source,) = datasources["datasources"]
     assert source["type"] == "prometheus" and source["url"].startswith("http")
+
+
+def test_every_catalogue_verdict_has_an_evidence_panel_with_its_runbook() -> None:
+    """A heuristic added to the catalogue shows up on the verdict timeline without touching the dashboards."""
+    from exporter.heuristics.catalogue import resolve
+
+    dashboard = load_dashboards()["bottleneck-verdicts.json"]
+    runbooks = {link["url"] for panel in query_panels(dashboard) for link in panel.get("links", [])}
+    for rule in resolve().alerts:
+        assert rule.runbook_url in runbooks, f"{rule.alert} has no evidence panel"
+        panel = next(p for p in query_panels(dashboard) if f"({rule.alert})" in p["title"])
+        assert rule.heuristic.advice in panel["description"]
+    fleet = load_dashboards()["bottleneck-fleet.json"]
+    selector = next(expr for title, expr in exprs(fleet) if title == "Verdicts by node and job")
+    assert all(rule.alert in selector for rule in resolve().alerts)

@@ -42,23 +42,22 @@ def verdict_panels() -> list[Panel]:
             thresholds=[Threshold(1, "orange")],
             decimals=0,
         ),
-        table(
+        verdict_catalogue.verdict_table(
             "Verdicts by node and job",
-            "Every firing bottleneck verdict with the node, training job and rank "
-            "it is about. Open the node or training-job dashboard for the evidence; the runbook link of "
-            "each alert says what to change.",
-            "none",
-            [Query(f"max by (alertname, severity, instance, job, rank) ({firing})", instant=True, table=True)],
+            "Every firing bottleneck verdict with the node, training job and rank it is about (a verdict "
+            "about a node carries the scrape job). The verdict timeline dashboard shows each verdict's "
+            "signal, threshold, advice and runbook.",
+            f'{N}, job=~"$job"',
+            "instance, job, rank",
             width=18,
             height=8,
-            hide=("Time", "Value"),
         ),
         bargauge(
             "Nodes per verdict",
             "How many nodes each verdict fires on: one verdict on many nodes points at "
             "a shared cause (storage, a bad image, a config rolled out everywhere).",
             "short",
-            [Query(f"count by (alertname) (max by (alertname, instance) ({firing}))", "{{alertname}}")],
+            [Query(f"count by (alertname) (max by (alertname, instance) ({firing}))", "{{alertname}}", instant=True)],
             width=24,
             height=6,
             min_value=0,
@@ -67,7 +66,6 @@ def verdict_panels() -> list[Panel]:
 
 
 def gpu_panels() -> list[Panel]:
-    busy = threshold("gpu_busy_ratio", 0.8)
     return [
         row("GPU utilization across the fleet"),
         stat(
@@ -76,7 +74,6 @@ def gpu_panels() -> list[Panel]:
             "percentunit",
             [Query(f'avg(bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}})')],
             width=6,
-            thresholds=[Threshold(busy, "green")],
         ),
         stat(
             "GPUs up / down",
@@ -141,13 +138,12 @@ def gpu_panels() -> list[Panel]:
             width=12,
             min_value=0,
             max_value=1,
-            thresholds=[Threshold(busy, "green")],
         ),
     ]
 
 
 def job_panels() -> list[Panel]:
-    data_wait = threshold("data_wait_ratio", 0.5)
+    data_wait = threshold("data_wait_ratio")
     jobs = f'{N}, job=~"$job"'
     return [
         row("Training jobs"),

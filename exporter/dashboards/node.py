@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.dashboards import verdict_catalogue
 from exporter.dashboards.panels import (
     Panel,
     Query,
@@ -21,18 +22,17 @@ from exporter.dashboards.panels import (
     table,
     timeseries,
 )
-from exporter.dashboards.thresholds import threshold
+from exporter.dashboards.thresholds import parameter, threshold
 
 UID = "bottleneck-node"
 N = 'instance=~"$instance"'
 G = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
-# Reasons NVML reports that do not slow a busy GPU down (idle, application clock setting, display clock).
-BENIGN_CLOCK_REASONS = "gpu_idle|applications_clocks_setting|display_clock_setting"
+# The clock-event reasons that cost speed, as the GpuThrottled verdict counts them.
+HARMFUL_CLOCK_REASONS = parameter("throttle_reasons")
 
 
 def gpu_panels() -> list[Panel]:
-    busy = threshold("gpu_busy_ratio", 0.8)
     return [
         row("GPUs"),
         stat(
@@ -57,7 +57,6 @@ def gpu_panels() -> list[Panel]:
             width=10,
             min_value=0,
             max_value=1,
-            thresholds=[Threshold(busy, "transparent")],
         ),
         heatmap(
             "GPU-Util samples (sub-second)",
@@ -82,7 +81,7 @@ def gpu_panels() -> list[Panel]:
             width=8,
             min_value=0,
             max_value=1,
-            thresholds=[Threshold(threshold("gpu_memory_full_ratio", 0.95), "red")],
+            thresholds=[Threshold(threshold("gpu_memory_full_ratio"), "red")],
         ),
         timeseries(
             "SM activity and tensor activity (GPM)",
@@ -135,13 +134,14 @@ def gpu_panels() -> list[Panel]:
         ),
         timeseries(
             "Throttle reasons active",
-            "Clock-event reasons NVML reports as active, benign ones (idle, "
-            "application clocks, display) left out: thermal, power brake and HW slowdown cost speed.",
+            "Clock-event reasons NVML reports as active, only those that cost speed (thermal, HW "
+            "slowdown, power brake; the GpuThrottled verdict's list): idle, application-clock and display "
+            "reasons are benign.",
             "none",
             [
                 Query(
                     f"max by (gpu, reason) (bottleneck_gpu_clock_event_active{{{G}, "
-                    f'reason!~"{BENIGN_CLOCK_REASONS}"}})',
+                    f'reason=~"{HARMFUL_CLOCK_REASONS}"}})',
                     "GPU {{gpu}} {{reason}}",
                 )
             ],
@@ -214,15 +214,23 @@ def gpu_panels() -> list[Panel]:
 
 
 def cpu_panels() -> list[Panel]:
-    saturated = threshold("cpu_busy_ratio", 0.9)
+    saturated = threshold("cpu_busy_ratio")
     return [
         row("CPU"),
         timeseries(
             "Busy per core",
             "Share of each core's time not idle (htop's per-core bars). One core pegged "
-            "near 1 while the others idle is a single-threaded loader.",
+            "near 1 while the others idle is a single-threaded loader. 'node' is the whole node's busy share "
+            "(idle and iowait excluded); above the dashed line the CPU-saturated verdict applies.",
             "percentunit",
-            [Query(f'1 - rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}])', "cpu {{cpu}}")],
+            [
+                Query(f'1 - rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}])', "cpu {{cpu}}"),
+                Query(
+                    f'1 - sum(rate(bottleneck_cpu_seconds_total{{{N}, mode=~"idle|iowait"}}[{RI}])) '
+                    f"/ sum(rate(bottleneck_cpu_seconds_total{{{N}}}[{RI}]))",
+                    "node",
+                ),
+            ],
             width=12,
             min_value=0,
             max_value=1,
@@ -255,7 +263,7 @@ def cpu_panels() -> list[Panel]:
             ],
             width=8,
             min_value=0,
-            thresholds=[Threshold(threshold("load_per_core", 1.5), "red")],
+            thresholds=[Threshold(threshold("load_per_cpu"), "red")],
         ),
         timeseries(
             "Run-queue wait per core",
@@ -282,7 +290,7 @@ def cpu_panels() -> list[Panel]:
 
 
 def loader_panels() -> list[Panel]:
-    loader_busy = threshold("loader_busy_ratio", 0.9)
+    loader_busy = threshold("loader_busy_ratio")
     return [
         row("Training processes and loader threads"),
         timeseries(
@@ -376,7 +384,7 @@ def memory_panels() -> list[Panel]:
             width=8,
             min_value=0,
             max_value=1,
-            thresholds=[Threshold(threshold("memory_available_ratio", 0.1), "red")],
+            thresholds=[Threshold(threshold("memory_available_ratio"), "red")],
         ),
         timeseries(
             "Swap activity",
@@ -450,7 +458,7 @@ def disk_panels() -> list[Panel]:
             width=8,
             min_value=0,
             max_value=1,
-            thresholds=[Threshold(threshold("disk_busy_ratio", 0.9), "red")],
+            thresholds=[Threshold(threshold("disk_busy_ratio"), "red")],
         ),
         timeseries(
             "Disk queue and latency",
@@ -550,7 +558,17 @@ def build(regenerate: str) -> dict[str, Any]:
             description="NVML index, or parent/GI/CI for a MIG instance.",
         ),
     ]
+    verdicts = verdict_catalogue.verdict_table(
+        "Verdicts on this node",
+        "Bottleneck verdicts firing now about this node, its GPUs and the ranks running on it. The verdict "
+        "timeline dashboard shows each one's signal, threshold, advice and runbook.",
+        N,
+        "instance, job, rank, gpu, process, device",
+        height=5,
+    )
     panels = [
+        row("Verdicts"),
+        verdicts,
         *gpu_panels(),
         *cpu_panels(),
         *loader_panels(),

@@ -318,6 +318,31 @@ def heatmap(
     return panel
 
 
+def with_links(panel: Panel, links: Sequence[tuple[str, str]]) -> Panel:
+    """The panel with (title, url) links in its header menu, e.g. the verdict's runbook."""
+    return {**panel, "links": [{"title": title, "url": url, "targetBlank": True} for title, url in links]}
+
+
+def with_value_text(panel: Panel, field: str, texts: dict[str, str]) -> Panel:
+    """The panel with the values of ``field`` shown as ``texts`` (an alert name as its verdict, say)."""
+    override = {
+        "matcher": {"id": "byName", "options": field},
+        "properties": [
+            {
+                "id": "mappings",
+                "value": [
+                    {
+                        "type": "value",
+                        "options": {value: {"text": text, "index": i} for i, (value, text) in enumerate(texts.items())},
+                    }
+                ],
+            }
+        ],
+    }
+    field_config = panel["fieldConfig"]
+    return {**panel, "fieldConfig": {**field_config, "overrides": [*field_config["overrides"], override]}}
+
+
 def row(title: str, collapsed: bool = False) -> Panel:
     return {
         "type": "row",

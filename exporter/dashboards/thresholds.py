@@ -1,9 +1,29 @@
-"""Threshold lines drawn on the dashboards, taken from the heuristics catalogue's parameters."""
+"""Threshold lines and parameters the dashboards draw, read from the heuristics catalogue's defaults.
+
+A dashed line at ``threshold("data_wait_ratio")`` is the very cut-off the BottleneckInputBound rule uses, so
+a dashboard and an alert cannot disagree about where "input-bound" starts.
+"""
 
 from __future__ import annotations
 
-_DEFAULTS: dict[str, float] = {}
+import functools
+
+from exporter.heuristics.catalogue import Catalogue, resolve
 
 
-def threshold(name: str, default: float) -> float:
-    return _DEFAULTS.get(name, default)
+@functools.cache
+def catalogue() -> Catalogue:
+    return resolve()
+
+
+def parameter(name: str) -> str:
+    """A text parameter (a regex of reasons, a duration); KeyError names an unknown one."""
+    return str(catalogue().parameters[name])
+
+
+def threshold(name: str) -> float:
+    """A numeric parameter of the catalogue, e.g. ``threshold("straggler_factor")`` → 1.2."""
+    value = catalogue().parameters[name]
+    if isinstance(value, str):
+        raise TypeError(f"catalogue parameter {name} is text ({value!r}), not a threshold")
+    return float(value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.dashboards import verdict_catalogue
 from exporter.dashboards.panels import (
     Panel,
     Query,
@@ -39,7 +40,7 @@ def mean_step_seconds(by: str = "rank, instance") -> str:
 
 
 def step_panels() -> list[Panel]:
-    data_wait = threshold("data_wait_ratio", 0.5)
+    data_wait = threshold("data_wait_ratio")
     return [
         row("Step time"),
         timeseries(
@@ -104,7 +105,7 @@ def step_panels() -> list[Panel]:
 
 
 def throughput_panels() -> list[Panel]:
-    straggler = threshold("straggler_ratio", 1.2)
+    straggler = threshold("straggler_factor")
     return [
         row("Throughput and stragglers"),
         timeseries(
@@ -295,7 +296,15 @@ def build(regenerate: str) -> dict[str, Any]:
             description="GPUs on the job's nodes.",
         ),
     ]
-    panels = [*step_panels(), *throughput_panels(), *gpu_panels(), *loader_panels()]
+    verdicts = verdict_catalogue.verdict_table(
+        "Verdicts on this job",
+        "Bottleneck verdicts firing now about this job's ranks (input-bound, IO-bound, straggler, stalled, "
+        "imbalance, launch-bound). The verdict timeline dashboard shows each one's signal and advice.",
+        'job=~"$job"',
+        "instance, job, rank",
+        height=5,
+    )
+    panels = [row("Verdicts"), verdicts, *step_panels(), *throughput_panels(), *gpu_panels(), *loader_panels()]
     return dashboard(
         UID,
         "Bottleneck / Training job",

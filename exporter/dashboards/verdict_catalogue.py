@@ -1,15 +1,87 @@
-"""The dashboards' view of the heuristics catalogue: which alerts are bottleneck verdicts.
+"""The dashboards' view of the heuristics catalogue (exporter/heuristics): one ``Verdict`` per heuristic.
 
-Reads exporter/heuristics (once it exists) and exposes PromQL selectors for the verdict panels:
+For each heuristic it finds the continuous signal the rule compares (the recording rule its expression
+starts with, e.g. ``job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5``) and the threshold of each
+severity tier, so the verdict panels draw the signal with the alert's own cut-offs. Heuristics whose
+expression does not start with a recording rule are shown as their alert's state. Selector for the firing
+verdicts::
 
-    ALERTS{alertstate="firing", alertname=~"Bottleneck.*", instance=~"$instance"}
+    ALERTS{alertstate="firing", alertname=~"BottleneckInputBound|BottleneckIoBound|...", instance=~"$instance"}
 """
 
 from __future__ import annotations
 
-ALERT_PREFIX = "Bottleneck"
+import dataclasses
+import functools
+import re
+
+from exporter.dashboards.panels import Panel, Query, table, with_value_text
+from exporter.dashboards.thresholds import catalogue
+from exporter.heuristics.catalogue import HEURISTICS, RECORDS, Heuristic
+
+# `<<record>> > ${parameter}` or `<<record>> < 1` at the start of a heuristic's expression.
+LEADING_COMPARISON = re.compile(r"^\s*<<(\w+)>>\s*(?:>=|<=|>|<)\s*(?:\$\{(\w+)\}|([0-9.]+))")
+SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    heuristic: Heuristic
+    signal: str | None  # recorded series compared against the thresholds; None: show the alert state
+    thresholds: tuple[tuple[str, float], ...]  # (severity, value) per tier
+    runbook_url: str
+
+    @property
+    def alert(self) -> str:
+        return self.heuristic.alert
+
+
+@functools.cache
+def verdicts() -> tuple[Verdict, ...]:
+    resolved = catalogue()
+    record_names = dict(zip(RECORDS, (r.record for r in resolved.records), strict=True))
+    found: list[Verdict] = []
+    for heuristic in HEURISTICS:
+        rules = [rule for rule in resolved.alerts if rule.heuristic is heuristic]
+        match = LEADING_COMPARISON.match(heuristic.expr)
+        signal = record_names[match.group(1)] if match else None
+        thresholds: list[tuple[str, float]] = []
+        if match:
+            for rule in rules:
+                tier = next(t for t in heuristic.tiers if t.severity == rule.severity)
+                if match.group(2):
+                    value = rule.thresholds[tier.overrides.get(match.group(2), match.group(2))]
+                else:
+                    value = match.group(3)
+                thresholds.append((rule.severity, float(value)))
+        found.append(Verdict(heuristic, signal, tuple(thresholds), rules[0].runbook_url))
+    return tuple(found)
+
+
+def alert_names() -> list[str]:
+    return [v.alert for v in verdicts()]
 
 
 def firing_selector(matchers: str = "") -> str:
     extra = f", {matchers}" if matchers else ""
-    return f'ALERTS{{alertstate="firing", alertname=~"{ALERT_PREFIX}.*"{extra}}}'
+    return f'ALERTS{{alertstate="firing", alertname=~"{"|".join(alert_names())}"{extra}}}'
+
+
+def verdict_texts() -> dict[str, str]:
+    """Alert name → the verdict a person reads ("input-bound (data loading)"), for table value mappings."""
+    return {v.alert: v.heuristic.verdict for v in verdicts()}
+
+
+def verdict_table(title: str, description: str, matchers: str, by: str, *, width: int = 24, height: int = 6) -> Panel:
+    """Firing verdicts as a table, the alert name shown as the verdict a person reads."""
+    panel = table(
+        title,
+        description,
+        "none",
+        [Query(f"max by (alertname, severity, {by}) ({firing_selector(matchers)})", instant=True, table=True)],
+        width=width,
+        height=height,
+        hide=("Time", "Value"),
+        rename={"alertname": "verdict"},
+    )
+    return with_value_text(panel, "alertname", verdict_texts())

@@ -1,7 +1,9 @@
-"""Verdict timeline: when each bottleneck verdict fired, on which node and job.
+"""Verdict timeline: when each bottleneck verdict fired, and the signal behind it, straight from the catalogue.
 
-Reads the firing verdict alerts (``ALERTS``); answers "since when has this job been input-bound, and did the
-fix (more workers, a faster disk) make the verdict go away?".
+Reads the firing verdict alerts (``ALERTS``) and the recording rules the heuristics compare; answers "since
+when has this job been input-bound, how close is it to the line, and did the fix (more workers, a faster
+disk) make the verdict go away?". Each verdict's panel takes its title, unit, thresholds, meaning, advice
+and runbook link from exporter/heuristics.
 """
 
 from __future__ import annotations
@@ -9,30 +11,91 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.dashboards import verdict_catalogue
-from exporter.dashboards.panels import Query, dashboard, query_variable, row, state_timeline
+from exporter.dashboards.panels import (
+    Panel,
+    Query,
+    Threshold,
+    dashboard,
+    query_variable,
+    row,
+    state_timeline,
+    timeseries,
+    with_links,
+)
+from exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
+from exporter.heuristics.catalogue import GROUPS
 
 UID = "bottleneck-verdicts"
+GROUP_TITLES = {
+    "training": "Training jobs",
+    "node": "Node: CPU, memory, IO, network",
+    "gpu": "GPUs",
+    "exporter": "Monitoring itself",
+}
+
+
+def matchers(verdict: Verdict) -> str:
+    found = ['instance=~"$instance"']
+    if "job" in verdict.heuristic.scope:
+        found.append('job=~"$job"')
+    return ", ".join(found)
+
+
+def legend(verdict: Verdict) -> str:
+    return " ".join(f"{{{{{label}}}}}" for label in verdict.heuristic.scope)
+
+
+def verdict_panel(verdict: Verdict) -> Panel:
+    heuristic = verdict.heuristic
+    tiers = ", ".join(f"{severity} at {value:g}" for severity, value in verdict.thresholds)
+    text = f"{heuristic.verdict}: {heuristic.meaning} Advice: {heuristic.advice}"
+    title = f"{heuristic.verdict} ({verdict.alert})"
+    if verdict.signal:
+        panel = timeseries(
+            title,
+            f"{text} The line is the signal {verdict.alert} compares ({verdict.signal}); it fires after "
+            f"{heuristic.for_} past the dashed threshold ({tiers}).",
+            heuristic.unit,
+            [Query(f"{verdict.signal}{{{matchers(verdict)}}}", legend(verdict))],
+            width=8,
+            min_value=0,
+            thresholds=[Threshold(value, SEVERITY_COLORS[severity]) for severity, value in verdict.thresholds],
+        )
+    else:
+        panel = state_timeline(
+            title,
+            f"{text} Shown as the alert's state (pending, then firing after {heuristic.for_}).",
+            "none",
+            [
+                Query(
+                    f'max by (alertstate, {", ".join(heuristic.scope)}) (ALERTS{{alertname="{verdict.alert}", '
+                    f"{matchers(verdict)}}})",
+                    f"{{{{alertstate}}}} {legend(verdict)}",
+                )
+            ],
+            width=8,
+            height=8,
+            states={"1": ("active", SEVERITY_COLORS[heuristic.tiers[-1].severity])},
+        )
+    return with_links(panel, [("Runbook: " + verdict.alert, verdict.runbook_url)])
 
 
 def build(regenerate: str) -> dict[str, Any]:
     firing = verdict_catalogue.firing_selector('instance=~"$instance", job=~"$job"')
-    panels = [
-        row("Timeline"),
-        state_timeline(
-            "Verdicts over time",
-            "One lane per verdict, node and job: coloured while the verdict "
-            "fires. Read it against a change you made (workers, batch size, storage) to see whether "
-            "the verdict went away.",
-            "none",
-            [
-                Query(
-                    f"max by (alertname, instance, job, rank) ({firing})",
-                    "{{alertname}} {{instance}} {{job}} {{rank}}",
-                )
-            ],
-            states={"1": ("firing", "red")},
-        ),
-    ]
+    timeline = state_timeline(
+        "Verdicts over time",
+        "One lane per verdict, node, job and rank: coloured while the verdict fires. Read it against a "
+        "change you made (workers, batch size, storage) to see whether the verdict went away.",
+        "none",
+        [Query(f"max by (alertname, instance, job, rank) ({firing})", "{{alertname}} {{instance}} {{job}} {{rank}}")],
+        states={"1": ("firing", "red")},
+    )
+    panels: list[Panel] = [row("Timeline"), timeline]
+    for group in GROUPS:
+        members = [v for v in verdict_catalogue.verdicts() if v.heuristic.group == group]
+        if members:
+            panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}"))
+            panels.extend(verdict_panel(v) for v in members)
     variables = [
         query_variable(
             "instance",
@@ -50,7 +113,8 @@ def build(regenerate: str) -> dict[str, Any]:
     return dashboard(
         UID,
         "Bottleneck / Verdict timeline",
-        "When each bottleneck verdict fired, per node and job.",
+        "When each bottleneck verdict fired per node and job, "
+        "and the signal each verdict compares against its threshold.",
         panels,
         variables,
         tags=["verdicts"],
