@@ -299,3 +299,24 @@ def test_cli_refuses_an_unreadable_profile(start_exporter) -> None:
     exporter = start_exporter(["--collector.gpu.profile=/nonexistent/gpu.yaml"], wait=False)
     assert exporter.proc.wait(timeout=30) == 2
     assert "gpu profile /nonexistent/gpu.yaml: cannot read" in exporter.proc.stdout.read()
+
+
+def test_nvml_backend_calls_only_what_the_installed_pynvml_provides() -> None:
+    # The NVML backend cannot run here (no GPU); this at least catches a misspelt NVML function or constant.
+    import ast
+
+    import pynvml
+
+    source = ROOT / "exporter" / "gpu" / "nvml.py"
+    names = {node.attr for node in ast.walk(ast.parse(source.read_text()))
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pynvml"}
+    assert len(names) > 40
+    assert sorted(n for n in names if not hasattr(pynvml, n)) == []
+
+
+def test_only_the_nvml_backend_imports_pynvml() -> None:
+    importers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "exporter").rglob("*.py")
+                       if any(line.strip() in ("import pynvml", "from pynvml import *") or
+                              line.strip().startswith("from pynvml import")
+                              for line in p.read_text().splitlines()))
+    assert importers == ["exporter/gpu/nvml.py"]
