@@ -7,7 +7,8 @@ profile with ``nvml_unavailable`` raises NvmlUnavailable. Each ``devices()`` cal
 scrape; after the last recorded scrape the last one repeats. ``calls`` counts every call per (device, field)
 so tests can check what the collector asked for.
 
-Sample timestamps are virtual: scrape k's samples start at ``EPOCH_US + (k-1) * scrape_interval``.
+Sample timestamps are virtual: scrape k's samples start at ``EPOCH_US + (k-1) * scrape_interval``, and
+like NVML's buffer only the current and previous scrape's samples are held.
 """
 
 from __future__ import annotations
@@ -93,11 +94,16 @@ class FakeBackend:
     def utilization_samples(self, device: str, since_us: int) -> list[UtilizationSample]:
         rec = self._check(device, "utilization_samples")
         samples = []
-        for scrape in range(1, max(self.scrape, 1) + 1):
+        current = max(self.scrape, 1)
+        interval = self.profile.scrape_interval_us
+        # Like NVML's sample buffer, hold only recent samples: this scrape's and the previous one's. Scrape k's
+        # samples all lie before EPOCH_US + k * interval, so older scrapes cannot be newer than since_us.
+        first = max(current - 1, 1, (since_us - EPOCH_US) // interval + 1)
+        for scrape in range(first, current + 1):
             spec: SampleSpec | None = self._scrape_values(rec, scrape).get("utilization_samples")
             if spec is None:
                 continue
-            start = EPOCH_US + (scrape - 1) * self.profile.scrape_interval_us
+            start = EPOCH_US + (scrape - 1) * interval
             for i, value in enumerate(spec.values()):
                 timestamp = start + i * spec.period_us
                 if timestamp > since_us:
