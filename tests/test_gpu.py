@@ -320,3 +320,14 @@ def test_only_the_nvml_backend_imports_pynvml() -> None:
                               line.strip().startswith("from pynvml import")
                               for line in p.read_text().splitlines()))
     assert importers == ["exporter/gpu/nvml.py"]
+
+
+def test_long_replay_holds_only_recent_samples_like_nvmls_buffer() -> None:
+    # Regression: the replay regenerated every sample since scrape 1 on each call, so a demo exporter
+    # slowed down the longer it ran.
+    replay = Replay("hopper-4x-h100")
+    for _ in range(50):
+        replay.scrape()
+    count = replay.fake.profile.gpus[1].scrapes[0]["utilization_samples"].count
+    assert len(replay.fake.utilization_samples("1", 0)) == 2 * count
+    assert histogram(replay.scrape(), "1")["+Inf"] == 51 * count
