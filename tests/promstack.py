@@ -1,0 +1,144 @@
+"""Real Prometheus and Alertmanager processes for the live tests, each on a free loopback port.
+
+    prometheus = Prometheus(tmp_path, targets=[Target("127.0.0.1:9847", "node-a")], rule_files=[...])
+    prometheus.start()
+    prometheus.query('up{instance="node-a"}')   # → the result vector, or AssertionError with the error
+
+Targets get their ``instance`` label by relabelling (as a real fleet maps addresses to node names), and are
+scraped with ``honor_labels: true`` so the hook's training ``job`` label survives the scrape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from tests.conftest import free_port, require_tool
+
+EXPORTER_JOB = "bottleneck-exporter"  # the catalogue's exporter_job parameter
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    address: str  # host:port of an exporter
+    node: str  # the instance label it gets
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Process:
+    """A long-running tool whose output goes to a log file in the test's directory."""
+
+    def __init__(self, name: str, workdir: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self, argv: list[str]) -> None:
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, path: str, timeout: float = 30) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                return requests.get(self.url + path, timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, timeout, f"{self.name} to become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Prometheus(Process):
+    def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
+                 alertmanager_url: str | None = None, interval: str = "1s") -> None:
+        super().__init__("prometheus", workdir)
+        self.workdir = workdir
+        self.config = workdir / "prometheus.yml"
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+            "rule_files": [str(path) for path in rule_files],
+            "scrape_configs": [{
+                "job_name": EXPORTER_JOB,
+                "honor_labels": True,
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in targets],
+                "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
+            }],
+        }
+        if alertmanager_url:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [
+                {"targets": [alertmanager_url.removeprefix("http://")]}]}]}
+        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def start(self) -> Prometheus:
+        binary = require_tool("prometheus")
+        self.spawn([binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+                    # Alerts resolve and re-send quickly in tests (defaults: 1m and 15m).
+                    "--rules.alert.resend-delay=1s"])
+        self.wait_ready("/-/ready")
+        return self
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        response = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30)
+        body = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"query failed: {body.get('errorType')}: {body.get('error')}\n{expr}")
+        result = body["data"]["result"]
+        return result if isinstance(result, list) else [result]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        response = requests.get(f"{self.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=30)
+        body = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"label values failed: {body.get('error')}\n{match}")
+        return list(body["data"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(requests.get(f"{self.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"])
+
+
+class Alertmanager(Process):
+    def __init__(self, workdir: Path, config: Path) -> None:
+        super().__init__("alertmanager", workdir)
+        self.workdir = workdir
+        self.config = config
+
+    def start(self) -> Alertmanager:
+        binary = require_tool("prometheus-alertmanager")
+        self.spawn([binary, f"--config.file={self.config}", f"--storage.path={self.workdir / 'am-data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    # Single instance: no gossip port to bind, nothing to wait for.
+                    "--cluster.listen-address=", "--log.level=warn"])
+        self.wait_ready("/-/ready")
+        return self
