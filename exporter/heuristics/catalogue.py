@@ -1,0 +1,884 @@
+"""The heuristics catalogue: every bottleneck verdict, once, with its PromQL, thresholds and advice.
+
+Everything else is derived from this module: the recording rules (``prometheus/recording-rules.yml``),
+the alert rules (``alerts/alert-rules.yml``), ``docs/runbook.md``, the promtool tests (``tests/rules/``),
+the dashboards' verdict panels and ``bottleneck-exporter diagnose``.
+
+Templates: ``${name}`` is a parameter (``${name:pct}`` renders 0.5 as 50% in texts), ``<<key>>`` a
+recording rule. :func:`resolve` fills them in (parameters may be overridden) and returns concrete rules::
+
+    alert: BottleneckInputBound
+    expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (instance) (...)
+    labels: {severity: warning}
+
+Label conventions the expressions rely on: per-rank series carry ``job`` (the training job, kept by
+``honor_labels: true`` in the scrape config) and ``rank``; every series carries ``instance``; cross-kind
+joins (a rank with its node or GPU) match ``on (instance)`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+from exporter.heuristics import gotemplate
+from exporter.heuristics.promql import PromQLError, parse, parse_duration
+
+PREFIX = "Bottleneck"
+SEVERITIES = ("critical", "warning", "info")
+GROUPS = ("training", "node", "gpu", "exporter")
+
+
+class CatalogueError(ValueError):
+    """A bad parameter override or an inconsistent catalogue; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: float | str
+    sentence: str
+    kind: str = "number"  # number | duration | regex | text
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A recording rule: ``key`` is how expressions refer to it (``<<key>>``); ``name`` is a template."""
+
+    key: str
+    name: str
+    expr: str
+    group: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    """One severity of a heuristic. ``overrides`` maps a parameter of the expression to the one this
+    tier uses instead (a critical twin reads ``memory_available_ratio_critical``)."""
+
+    severity: str
+    overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Heuristic:
+    name: str  # CamelCase, the alert is PREFIX + name
+    verdict: str  # what a person reads in a table: "input-bound (data loading)"
+    expr: str
+    for_: str
+    summary: str
+    description: str  # Prometheus template; $value is the evidence in ``unit``
+    advice: str
+    meaning: str  # runbook: what it means and why it matters
+    evidence: str  # runbook: what to look at to confirm it
+    scope: tuple[str, ...]  # labels that name the subject: ("instance", "job", "rank")
+    unit: str  # Grafana unit of $value: percentunit, s, celsius, short
+    group: str
+    tiers: tuple[Tier, ...] = (Tier("warning"),)
+
+    @property
+    def alert(self) -> str:
+        return PREFIX + self.name
+
+    @property
+    def anchor(self) -> str:
+        return self.alert.lower()
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Parameter names this heuristic reads, including its records' and its tiers' thresholds."""
+        names: list[str] = []
+        texts = [self.expr, self.description, self.summary, self.advice]
+        for key in records_used(self.expr):
+            texts.append(RECORDS[key].expr)
+            texts.append(RECORDS[key].name)
+        for text in texts:
+            for name in PARAM.findall(text):
+                if name not in names:
+                    names.append(name)
+        for tier in self.tiers:
+            for name in tier.overrides.values():
+                if name not in names:
+                    names.append(name)
+        return tuple(names)
+
+
+PARAM = re.compile(r"\$\{([a-z0-9_]+)(?::pct)?\}")
+RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>")
+
+
+def _parameters(*params: Parameter) -> dict[str, Parameter]:
+    return {p.name: p for p in params}
+
+
+PARAMETERS: dict[str, Parameter] = _parameters(
+    Parameter("rate_window", "5m", "Window of every rate and average. Longer is steadier, shorter reacts "
+              "faster; keep it at least four scrape intervals. Recording-rule names end in it.", "duration"),
+    Parameter("exporter_job", "bottleneck-exporter", "Prometheus `job` of the scrape config that scrapes "
+              "the exporters (BottleneckExporterDown watches `up` of this job).", "text"),
+    Parameter("runbook_base_url",
+              "https://github.com/bottleneck-exporter/bottleneck-exporter/blob/main/docs/runbook.md",
+              "Where docs/runbook.md is published; every alert's runbook_url is this plus `#<alert name in "
+              "lower case>`.", "text"),
+    Parameter("data_wait_ratio", 0.5, "Share of the step a rank spends waiting for the next batch above "
+              "which training is input-bound (the PyTorch profiler already suggests more workers at 5%)."),
+    Parameter("loader_busy_ratio", 0.9, "Share of one core above which a loader thread counts as busy: a "
+              "DataLoader worker, or the trainer's main thread when it has no workers (num_workers=0)."),
+    Parameter("loader_gpu_util_max", 0.3, "GPU-Util below which a node's GPUs count as starved while a "
+              "loader thread is busy (BottleneckLoaderSaturated, which needs no hook)."),
+    Parameter("io_pressure_ratio", 0.3, "Share of time some task on the node stalls on IO (PSI io some) "
+              "above which storage counts as the bottleneck."),
+    Parameter("disk_busy_ratio", 0.9, "Share of time a block device is busy (io_time, iostat %util) above "
+              "which it counts as saturated."),
+    Parameter("sawtooth_idle_le", "0.1", "Upper bound of the GPU-Util sample bucket counted as idle; must "
+              "be one of the gpu collector's bucket bounds, written as it appears in `le`.", "text"),
+    Parameter("sawtooth_busy_le", "0.8", "Upper bound of the bucket below which samples are not busy; "
+              "samples above it count as busy. Must be a bucket bound of the gpu collector.", "text"),
+    Parameter("sawtooth_idle_share", 0.25, "Share of GPU-Util samples at or near 0% needed for a sawtooth."),
+    Parameter("sawtooth_busy_share", 0.25, "Share of GPU-Util samples above 80% needed for a sawtooth; with "
+              "the idle share it tells bursts from a flat low line."),
+    Parameter("cpu_busy_ratio", 0.9, "Share of all CPU time that is busy (not idle, not iowait) above "
+              "which the node's CPUs are saturated."),
+    Parameter("load_per_cpu", 1.5, "Load average (1 min) per CPU above which runnable tasks queue for "
+              "the cores."),
+    Parameter("workers_per_cpu", 1.0, "DataLoader workers (summed over the ranks on a node) per CPU above "
+              "which the node is oversubscribed."),
+    Parameter("context_switches_per_cpu", 20000, "Context switches per second per CPU above which the "
+              "node thrashes between too many threads."),
+    Parameter("memory_available_ratio", 0.1, "MemAvailable share of RAM below which the node is short of "
+              "memory (warning)."),
+    Parameter("memory_available_ratio_critical", 0.05, "MemAvailable share of RAM below which the OOM "
+              "killer is close (critical)."),
+    Parameter("swap_pages_per_second", 100, "Pages swapped in plus out per second above which swapping "
+              "slows training (4 KiB pages: 100/s is 400 KiB/s of random IO)."),
+    Parameter("gpu_memory_underused_ratio", 0.5, "GPU memory share below which a training GPU has room "
+              "for a bigger batch."),
+    Parameter("gpu_memory_underused_util", 0.7, "GPU-Util below which a GPU with unused memory counts as "
+              "underused (a busy GPU with spare memory is fine)."),
+    Parameter("gpu_memory_in_use_ratio", 0.02, "GPU memory share below which a GPU counts as not used by "
+              "any training process (so idle spare GPUs do not raise BottleneckGpuMemoryUnderused)."),
+    Parameter("gpu_memory_full_ratio", 0.95, "GPU memory share above which an out-of-memory error is "
+              "close. PyTorch's caching allocator keeps freed blocks, so compare with the hook's peak."),
+    Parameter("launch_bound_gpu_util", 0.5, "GPU-Util below which a GPU is underfed although data arrives "
+              "in time (small kernels, launch overhead)."),
+    Parameter("launch_bound_data_wait", 0.1, "Data-wait share below which input is not the problem."),
+    Parameter("throttle_reasons", "sw_thermal_slowdown|hw_thermal_slowdown|hw_slowdown|hw_power_brake_slowdown",
+              "Clock-event reasons that cost speed (regex over `reason`). gpu_idle, applications_clocks_setting "
+              "and display_clock_setting are benign; sw_power_cap is normal at full load.", "regex"),
+    Parameter("throttle_active_ratio", 0.2, "Share of scrapes with a harmful clock-event reason active above "
+              "which a GPU counts as throttled."),
+    Parameter("gpu_temperature_margin_celsius", 5, "Degrees below the GPU's own slowdown temperature at "
+              "which BottleneckGpuTooHot fires."),
+    Parameter("pcie_busy_util", 0.5, "GPU-Util above which a PCIe link below its maximum is a fault (links "
+              "drop to Gen1 when idle by design)."),
+    Parameter("gpu_imbalance_spread", 0.4, "Difference in GPU busy share between the busiest and the "
+              "idlest rank of one job above which the job is imbalanced."),
+    Parameter("straggler_factor", 1.2, "A rank whose step time, or whose local work per step, exceeds this "
+              "many times the job's median is a straggler."),
+    Parameter("network_saturation_ratio", 0.9, "Share of the link speed above which a NIC is saturated."),
+    Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
+              "stalled (warning)."),
+    Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
+              "evaluation passes do not count as stalls (warning)."),
+    Parameter("stall_factor_critical", 60, "Step-time multiple for the critical stall alert."),
+    Parameter("stall_min_seconds_critical", 1800, "Minimum silence, in seconds, for the critical stall "
+              "alert."),
+)
+
+W = "${rate_window}"
+
+RECORDS: dict[str, Record] = {r.key: r for r in (
+    # Per rank, from the hook's push receiver.
+    Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
+           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           "training"),
+    Record("step_mean", f"job_rank:bottleneck_train_step_seconds:mean{W}",
+           f"rate(bottleneck_train_step_duration_seconds_sum[{W}])\n"
+           f"/\nrate(bottleneck_train_step_duration_seconds_count[{W}])", "training"),
+    Record("local_work", f"job_rank:bottleneck_train_local_work_seconds:mean{W}",
+           'sum without (phase) (rate(bottleneck_train_phase_seconds_total{phase=~"data_wait|forward|optimizer"}'
+           f"[{W}]))\n/\nrate(bottleneck_train_steps_total[{W}])", "training"),
+    Record("gpu_busy", f"job_rank:bottleneck_train_gpu_busy:ratio_rate{W}",
+           f"rate(bottleneck_train_gpu_busy_seconds_total[{W}])\n/\n"
+           f"(rate(bottleneck_train_gpu_busy_seconds_total[{W}]) + rate(bottleneck_train_gpu_idle_seconds_total[{W}]))",
+           "training"),
+    Record("step_vs_median", f"job_rank:bottleneck_train_step_seconds:ratio_to_job_median{W}",
+           "<<step_mean>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<step_mean>>)", "training"),
+    Record("local_vs_median", f"job_rank:bottleneck_train_local_work_seconds:ratio_to_job_median{W}",
+           "<<local_work>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<local_work>>)", "training"),
+    # Per node.
+    Record("cpu_busy", f"instance:bottleneck_cpu_busy:ratio_rate{W}",
+           f'1 - (\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))\n'
+           f"  /\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total[{W}]))\n)", "node"),
+    Record("load_per_cpu", "instance:bottleneck_load1_per_cpu:ratio", "bottleneck_load1 / bottleneck_cpus",
+           "node"),
+    Record("ctx_per_cpu", f"instance:bottleneck_context_switches_per_cpu:rate{W}",
+           f"rate(bottleneck_context_switches_total[{W}]) / bottleneck_cpus", "node"),
+    Record("mem_available", "instance:bottleneck_memory_available:ratio",
+           "bottleneck_memory_available_bytes / bottleneck_memory_total_bytes", "node"),
+    Record("swap_io", f"instance:bottleneck_memory_swap_io_pages:rate{W}",
+           f"rate(bottleneck_memory_swapped_in_pages_total[{W}])\n+\n"
+           f"rate(bottleneck_memory_swapped_out_pages_total[{W}])",
+           "node"),
+    Record("io_pressure", f"instance:bottleneck_io_pressure_some:ratio_rate{W}",
+           f'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{{resource="io", kind="some"}}[{W}]))',
+           "node"),
+    Record("disk_busy", f"instance_device:bottleneck_disk_io_time:ratio_rate{W}",
+           f"rate(bottleneck_disk_io_time_seconds_total[{W}])", "node"),
+    Record("net_util", f"instance_device:bottleneck_network_throughput:ratio_rate{W}",
+           f"(\n  rate(bottleneck_network_receive_bytes_total[{W}])\n"
+           f"    > rate(bottleneck_network_transmit_bytes_total[{W}])\n"
+           f"  or rate(bottleneck_network_transmit_bytes_total[{W}])\n)\n/ (bottleneck_network_speed_bytes > 0)",
+           "node"),
+    Record("loader_busiest", "instance_process:bottleneck_training_loader_busiest_thread:ratio",
+           'max without (role) (bottleneck_training_busiest_thread_cpu_ratio{role="data_worker"})\nor\n'
+           'max without (role) (\n  bottleneck_training_busiest_thread_cpu_ratio{role="main"}\n'
+           "  and on (instance, process, local_rank) (bottleneck_training_dataloader_workers_found == 0)\n)",
+           "node"),
+    Record("training_processes", "instance:bottleneck_training_processes:count",
+           "count by (instance) (bottleneck_train_info)\nor\ncount by (instance) (bottleneck_training_process_info)",
+           "node"),
+    # Per GPU.
+    Record("gpu_util", f"instance_gpu:bottleneck_gpu_utilization:avg{W}",
+           f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu"),
+    Record("gpu_mem", "instance_gpu:bottleneck_gpu_memory_used:ratio",
+           "bottleneck_gpu_memory_used_bytes / bottleneck_gpu_memory_total_bytes", "gpu"),
+    Record("gpu_idle_samples", f"instance_gpu:bottleneck_gpu_utilization_samples_idle:ratio_rate{W}",
+           'sum without (le) (rate(bottleneck_gpu_utilization_samples_bucket{le="${sawtooth_idle_le}"}'
+           f"[{W}]))\n/\nrate(bottleneck_gpu_utilization_samples_count[{W}])", "gpu"),
+    Record("gpu_busy_samples", f"instance_gpu:bottleneck_gpu_utilization_samples_busy:ratio_rate{W}",
+           '1 - (\n  sum without (le) (rate(bottleneck_gpu_utilization_samples_bucket{le="${sawtooth_busy_le}"}'
+           f"[{W}]))\n  /\n  rate(bottleneck_gpu_utilization_samples_count[{W}])\n)", "gpu"),
+    Record("pcie", "instance_gpu:bottleneck_gpu_pcie_link:ratio_of_max",
+           "(bottleneck_gpu_pcie_link_generation / bottleneck_gpu_pcie_link_max_generation)\n"
+           "*\n(bottleneck_gpu_pcie_link_width / bottleneck_gpu_pcie_link_max_width)", "gpu"),
+    Record("throttle", f"instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg{W}",
+           'max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{reason=~"${throttle_reasons}"}'
+           f"[{W}]))", "gpu"),
+)}
+
+# The node's storage holds the input back and the loaders are not what is busy.
+IO_BLOCKED = (
+    "(\n    <<io_pressure>> > ${io_pressure_ratio}\n"
+    "    or on (instance) max by (instance) (<<disk_busy>>) > ${disk_busy_ratio}\n  )\n"
+    "  unless on (instance) max by (instance) (<<loader_busiest>>) >= ${loader_busy_ratio}"
+)
+RANK = ("instance", "job", "rank")
+NODE = ("instance",)
+GPU = ("instance", "gpu", "uuid")
+
+HEURISTICS: tuple[Heuristic, ...] = (
+    Heuristic(
+        name="InputBound",
+        verdict="input-bound (data loading)",
+        expr="<<data_wait>> > ${data_wait_ratio}\nunless on (instance) (\n  " + IO_BLOCKED + "\n)",
+        for_="5m",
+        summary="Training job {{ $labels.job }} is input-bound: the GPU waits for the DataLoader.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} waits for the "
+        "next batch {{ $value | humanizePercentage }} of every step (threshold ${data_wait_ratio:pct}).",
+        advice="Raise DataLoader num_workers (4, 8, 16; not above the free cores), set pin_memory=True, "
+        "persistent_workers=True and a prefetch_factor; make transforms cheaper or move augmentation to "
+        "the GPU.",
+        meaning="The training loop spends most of each step inside the DataLoader iterator: the model is "
+        "fed slower than it computes. The classic cause is num_workers=0, where the trainer's main thread "
+        "decodes and augments every batch itself while the GPU sits idle.",
+        evidence="`bottleneck_train_phase_seconds_total{phase=\"data_wait\"}` against `phase=\"step\"` per "
+        "rank; the DataLoader settings in `bottleneck_train_dataloader_num_workers` and "
+        "`..._pin_memory`; the loader threads' CPU in `bottleneck_training_busiest_thread_cpu_ratio`. When "
+        "the node's storage is the cause, BottleneckIoBound fires instead.",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="LoaderSaturated",
+        verdict="input-bound (data loading)",
+        expr="<<loader_busiest>> >= ${loader_busy_ratio}\nand on (instance)\n"
+        "max by (instance) (<<gpu_util>>) < ${loader_gpu_util_max}",
+        for_="5m",
+        summary="A DataLoader thread on {{ $labels.instance }} is pegged while its GPUs idle.",
+        description="The busiest loader thread of {{ $labels.process }} (local rank {{ $labels.local_rank }}) "
+        "on {{ $labels.instance }} uses {{ $value | humanizePercentage }} of a core while no GPU on the node "
+        "is more than ${loader_gpu_util_max:pct} busy.",
+        advice="Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set "
+        "pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
+        meaning="Seen from outside the training process (no hook needed): one loader thread is at a full "
+        "core, the GPUs are mostly idle. The thread is a DataLoader worker (`pt_data_worker`), or the "
+        "trainer's main thread when no workers exist.",
+        evidence="`bottleneck_training_busiest_thread_cpu_ratio` by role, "
+        "`bottleneck_training_dataloader_workers_found`, `bottleneck_gpu_utilization_ratio`.",
+        scope=("instance", "process", "local_rank"), unit="percentunit", group="node",
+    ),
+    Heuristic(
+        name="IoBound",
+        verdict="IO-bound (input blocked on storage)",
+        expr="<<data_wait>> > ${data_wait_ratio}\nand on (instance) (\n  " + IO_BLOCKED + "\n)",
+        for_="5m",
+        summary="Training job {{ $labels.job }} waits for storage, not for CPU.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} waits for the "
+        "next batch {{ $value | humanizePercentage }} of every step while its loader threads are not busy "
+        "and the node stalls on IO (PSI io above ${io_pressure_ratio:pct} or a disk busy above "
+        "${disk_busy_ratio:pct}).",
+        advice="Use faster storage (local NVMe instead of network or spinning disks), pack small files into "
+        "large shards (WebDataset, TFRecord, HDF5), cache the dataset in RAM, read in parallel.",
+        meaning="The input pipeline is blocked, not busy: loaders sleep in reads while the disk or the "
+        "network filesystem is saturated. More workers help only up to what the storage delivers.",
+        evidence="`bottleneck_pressure_seconds_total{resource=\"io\"}`, "
+        "`bottleneck_disk_io_time_seconds_total` per device, `bottleneck_disk_read_bytes_total`, the "
+        "loaders' CPU in `bottleneck_training_busiest_thread_cpu_ratio`.",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="GpuSawtooth",
+        verdict="GPU waits in bursts (sawtooth utilisation)",
+        expr="<<gpu_idle_samples>> > ${sawtooth_idle_share}\nand\n<<gpu_busy_samples>> > ${sawtooth_busy_share}",
+        for_="10m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} alternates between busy and idle.",
+        description="{{ $value | humanizePercentage }} of the GPU-Util samples of GPU {{ $labels.gpu }} on "
+        "{{ $labels.instance }} are near 0% while more than ${sawtooth_busy_share:pct} are above 80%: the "
+        "GPU computes a batch, then waits for the next one.",
+        advice="Overlap loading with compute: more DataLoader workers, pin_memory=True with "
+        "non_blocking copies, prefetch_factor; see BottleneckInputBound.",
+        meaning="A sawtooth (up to ~100%, down to ~0%, repeat) means the GPU is starved between batches; a "
+        "15 s average would show a harmless-looking 50%. The sub-second NVML samples reveal the shape.",
+        evidence="`bottleneck_gpu_utilization_samples_bucket` (the NVML sub-second samples as a histogram).",
+        scope=GPU, unit="percentunit", group="gpu", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="CpuSaturated",
+        verdict="CPU saturated",
+        expr="<<cpu_busy>> > ${cpu_busy_ratio}",
+        for_="10m",
+        summary="The CPUs of {{ $labels.instance }} are saturated.",
+        description="{{ $labels.instance }} is {{ $value | humanizePercentage }} busy across all its CPUs "
+        "(threshold ${cpu_busy_ratio:pct}).",
+        advice="Stop competing processes, keep num_workers at or below the free cores, set torch threads "
+        "per rank (OMP_NUM_THREADS), move preprocessing to the GPU.",
+        meaning="No core is left for the trainer, its loaders or the CUDA driver threads; everything on the "
+        "node slows down together.",
+        evidence="`bottleneck_cpu_seconds_total` by mode, `bottleneck_training_cpu_seconds_total` by role, "
+        "`bottleneck_pressure_seconds_total{resource=\"cpu\"}`.",
+        scope=NODE, unit="percentunit", group="node",
+    ),
+    Heuristic(
+        name="CpuOverloaded",
+        verdict="CPU saturated (run queue longer than the cores)",
+        expr="<<load_per_cpu>> > ${load_per_cpu}",
+        for_="10m",
+        summary="More tasks want to run on {{ $labels.instance }} than it has CPUs.",
+        description="The 1-minute load average of {{ $labels.instance }} is {{ $value | humanize }} per CPU "
+        "(threshold ${load_per_cpu}).",
+        advice="Run fewer processes or threads: lower num_workers and torch threads per rank, move other "
+        "jobs off the node.",
+        meaning="Runnable (and uninterruptible) tasks queue for the cores; each waits its turn, and the "
+        "trainer's step time grows with the queue.",
+        evidence="`bottleneck_load1`, `bottleneck_cpus`, `bottleneck_procs_running`, "
+        "`bottleneck_cpu_runqueue_wait_seconds_total`.",
+        scope=NODE, unit="short", group="node",
+    ),
+    Heuristic(
+        name="DataLoaderWorkersExceedCpus",
+        verdict="oversubscribed (more DataLoader workers than CPUs)",
+        expr="(\n  sum by (instance) (bottleneck_train_dataloader_num_workers)\n"
+        "  or sum by (instance) (bottleneck_training_dataloader_workers_found)\n)\n"
+        "> on (instance) ${workers_per_cpu} * max by (instance) (bottleneck_cpus)",
+        for_="10m",
+        summary="{{ $labels.instance }} runs more DataLoader workers than it has CPUs.",
+        description="{{ $value | humanize }} DataLoader workers run on {{ $labels.instance }} (all ranks "
+        "together), more than ${workers_per_cpu} per CPU.",
+        advice="Lower num_workers per rank so that workers x ranks on the node stay at or below the cores; "
+        "set torch threads per rank accordingly.",
+        meaning="Every rank starts num_workers processes; with several ranks per node they multiply and "
+        "fight for the cores, so adding workers makes loading slower, not faster.",
+        evidence="`bottleneck_train_dataloader_num_workers` per rank, "
+        "`bottleneck_training_dataloader_workers_found`, `bottleneck_cpus`.",
+        scope=NODE, unit="short", group="node",
+    ),
+    Heuristic(
+        name="ContextSwitchStorm",
+        verdict="oversubscribed (context-switch storm)",
+        expr="<<ctx_per_cpu>> > ${context_switches_per_cpu}",
+        for_="15m",
+        summary="{{ $labels.instance }} switches between threads very often.",
+        description="{{ $labels.instance }} makes {{ $value | humanize }} context switches per second per CPU "
+        "(threshold ${context_switches_per_cpu}).",
+        advice="Fewer threads: lower num_workers, set OMP_NUM_THREADS / torch.set_num_threads per rank so "
+        "that ranks x threads fit the cores.",
+        meaning="Too many runnable threads share the cores (often intra-op thread pools of every rank and "
+        "every worker); time goes to switching and cache misses.",
+        evidence="`bottleneck_context_switches_total`, `bottleneck_training_context_switches_total` by "
+        "process, `bottleneck_training_threads`.",
+        scope=NODE, unit="short", group="node", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="MemoryPressure",
+        verdict="memory pressure",
+        expr="<<mem_available>> < ${memory_available_ratio}",
+        for_="5m",
+        summary="{{ $labels.instance }} is running out of memory.",
+        description="Only {{ $value | humanizePercentage }} of the RAM of {{ $labels.instance }} is available "
+        "(threshold ${memory_available_ratio:pct}; critical below ${memory_available_ratio_critical:pct}).",
+        advice="Smaller batch, fewer DataLoader workers or a lower prefetch_factor (every worker holds "
+        "prefetched batches), share the dataset instead of copying it per worker, add RAM.",
+        meaning="The page cache is gone and the kernel reclaims memory from the training processes; next "
+        "come swapping and the OOM killer.",
+        evidence="`bottleneck_memory_available_bytes`, `bottleneck_training_resident_memory_bytes` per "
+        "process, `bottleneck_memory_oom_kills_total`.",
+        scope=NODE, unit="percentunit", group="node",
+        tiers=(Tier("warning"), Tier("critical", {"memory_available_ratio": "memory_available_ratio_critical"})),
+    ),
+    Heuristic(
+        name="Swapping",
+        verdict="memory pressure (swapping)",
+        expr="<<swap_io>> > ${swap_pages_per_second}",
+        for_="10m",
+        summary="{{ $labels.instance }} is swapping.",
+        description="{{ $labels.instance }} swaps {{ $value | humanize }} pages per second in and out "
+        "(threshold ${swap_pages_per_second}).",
+        advice="Reduce memory use (batch size, num_workers, prefetch_factor, in-RAM caches) or add RAM; "
+        "sustained swapping during training is always a bottleneck.",
+        meaning="Pages of running processes go to disk and come back: every touch of a swapped page is a "
+        "disk read on the training's critical path.",
+        evidence="`bottleneck_memory_swapped_in_pages_total`, `bottleneck_memory_swapped_out_pages_total`, "
+        "`bottleneck_memory_major_faults_total`.",
+        scope=NODE, unit="short", group="node",
+    ),
+    Heuristic(
+        name="GpuMemoryUnderused",
+        verdict="GPU memory underused",
+        expr="<<gpu_mem>> < ${gpu_memory_underused_ratio}\nand <<gpu_mem>> > ${gpu_memory_in_use_ratio}\n"
+        "and <<gpu_util>> < ${gpu_memory_underused_util}\nand on (instance) <<training_processes>>",
+        for_="15m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} has room for a bigger batch.",
+        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} uses only {{ $value | humanizePercentage }} "
+        "of its memory and is less than ${gpu_memory_underused_util:pct} busy while training runs on the "
+        "node.",
+        advice="Raise the batch size (memory grows about linearly with it; scale the learning rate), or "
+        "train a larger model per GPU.",
+        meaning="A small batch leaves both memory and compute unused: the GPU finishes each batch quickly "
+        "and spends its time on launch overhead and synchronisation.",
+        evidence="`bottleneck_gpu_memory_used_bytes` / `..._total_bytes`, `bottleneck_gpu_utilization_ratio`, "
+        "`bottleneck_train_dataloader_batch_size`.",
+        scope=GPU, unit="percentunit", group="gpu", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="GpuMemoryNearlyFull",
+        verdict="GPU memory nearly full",
+        expr="<<gpu_mem>> > ${gpu_memory_full_ratio}",
+        for_="10m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is close to running out of memory.",
+        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} uses {{ $value | humanizePercentage }} "
+        "of its memory (threshold ${gpu_memory_full_ratio:pct}).",
+        advice="Risk of CUDA out-of-memory: smaller batch, mixed precision (AMP), activation checkpointing; "
+        "check the hook's peak allocation before acting (PyTorch caches freed memory).",
+        meaning="The next larger batch, a longer sequence or fragmentation will fail with CUDA OOM. NVML "
+        "counts PyTorch's cached blocks as used, so this can also be a full cache with room inside.",
+        evidence="`bottleneck_gpu_memory_used_bytes`, `bottleneck_train_cuda_memory_peak_bytes`, "
+        "`bottleneck_train_cuda_memory_reserved_bytes`, `bottleneck_gpu_process_memory_used_bytes`.",
+        scope=GPU, unit="percentunit", group="gpu",
+    ),
+    Heuristic(
+        name="LaunchBound",
+        verdict="small kernels / launch-bound",
+        expr="0 * (<<data_wait>> < ${launch_bound_data_wait})\n+ on (instance) group_left ()\n"
+        "(max by (instance) (<<gpu_util>>) < ${launch_bound_gpu_util})\n"
+        "unless on (instance) <<cpu_busy>> > ${cpu_busy_ratio}",
+        for_="15m",
+        summary="Job {{ $labels.job }} underuses its GPU although data arrives in time.",
+        description="No GPU on {{ $labels.instance }} is more than {{ $value | humanizePercentage }} busy while "
+        "rank {{ $labels.rank }} of job {{ $labels.job }} waits for data less than "
+        "${launch_bound_data_wait:pct} of its steps and the CPUs are not saturated.",
+        advice="Give the GPU bigger pieces of work: larger batch, CUDA graphs, torch.compile, fused "
+        "optimizers; avoid per-step host synchronisation (.item(), .cpu()).",
+        meaning="The GPU runs many tiny kernels and spends the gaps waiting for the CPU to launch the next "
+        "one: neither input nor CPU is the limit, the launch path is.",
+        evidence="`bottleneck_gpu_utilization_ratio`, `bottleneck_gpu_sm_activity_ratio` (Hopper+), the "
+        "hook's `bottleneck_train_gpu_busy_seconds_total` and phase times.",
+        scope=RANK, unit="percentunit", group="training", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="GpuThrottled",
+        verdict="thermal / power throttling",
+        expr="<<throttle>> > ${throttle_active_ratio}",
+        for_="10m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is throttled.",
+        description="A harmful clock-event reason (thermal, HW slowdown or power brake) was active on GPU "
+        "{{ $labels.gpu }} of {{ $labels.instance }} in {{ $value | humanizePercentage }} of the scrapes.",
+        advice="Check cooling and airflow (fans, blocked intakes, ambient temperature), the power supply and "
+        "power limits; compare with the node's other GPUs.",
+        meaning="The GPU lowers its clocks to protect itself: every kernel runs slower, and in a "
+        "data-parallel job the whole job waits for this GPU.",
+        evidence="`bottleneck_gpu_clock_event_active` by reason, `bottleneck_gpu_throttled_seconds_total`, "
+        "`bottleneck_gpu_temperature_celsius`, `bottleneck_gpu_clock_hertz`.",
+        scope=GPU, unit="percentunit", group="gpu",
+    ),
+    Heuristic(
+        name="GpuTooHot",
+        verdict="thermal throttling (GPU at its slowdown temperature)",
+        expr="bottleneck_gpu_temperature_celsius\n>= bottleneck_gpu_slowdown_temperature_celsius - "
+        "${gpu_temperature_margin_celsius}",
+        for_="5m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is at its slowdown temperature.",
+        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} is at {{ $value | humanize }} °C, within "
+        "${gpu_temperature_margin_celsius} °C of the temperature at which it slows its clocks down.",
+        advice="Improve cooling: fans, airflow, ambient temperature, blocked intakes; spread jobs over "
+        "cooler GPUs.",
+        meaning="Above the slowdown temperature the GPU throttles its clocks; near it, any extra load tips "
+        "it over.",
+        evidence="`bottleneck_gpu_temperature_celsius`, `bottleneck_gpu_slowdown_temperature_celsius`, "
+        "`bottleneck_gpu_fan_ratio`, `bottleneck_gpu_power_watts`.",
+        scope=GPU, unit="celsius", group="gpu",
+    ),
+    Heuristic(
+        name="PcieDegraded",
+        verdict="PCIe link degraded",
+        expr="<<pcie>> < 1\nand <<gpu_util>> > ${pcie_busy_util}",
+        for_="10m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs on a degraded PCIe link.",
+        description="The PCIe link of GPU {{ $labels.gpu }} on {{ $labels.instance }} runs at "
+        "{{ $value | humanizePercentage }} of its maximum (generation x width) while the GPU is busy.",
+        advice="Re-seat the card, check the slot (x16, not x4) and the riser, update the BIOS; compare "
+        "with the node's other GPUs.",
+        meaning="Links drop to a low generation when idle by design; a link still below its maximum "
+        "generation or width under load points at the slot, the riser or the card.",
+        evidence="`bottleneck_gpu_pcie_link_generation` / `..._max_generation`, `bottleneck_gpu_pcie_link_width` "
+        "/ `..._max_width`, `bottleneck_gpu_pcie_replays_total`.",
+        scope=GPU, unit="percentunit", group="gpu",
+    ),
+    Heuristic(
+        name="GpuImbalance",
+        verdict="GPU imbalance in a job",
+        expr="max by (job) (<<gpu_busy>>) - min by (job) (<<gpu_busy>>)\n> ${gpu_imbalance_spread}",
+        for_="10m",
+        summary="The GPUs of job {{ $labels.job }} are unevenly loaded.",
+        description="The busiest and the idlest rank of job {{ $labels.job }} differ by "
+        "{{ $value | humanizePercentage }} in GPU busy time (threshold ${gpu_imbalance_spread:pct}).",
+        advice="Balance the work: parallel strategy (pipeline stages, tensor-parallel split), uneven "
+        "sharding or sequence lengths, a slow input pipeline on some ranks.",
+        meaning="Some ranks' GPUs compute while others wait; the job runs at the pace of the busiest. Each "
+        "rank's GPU busy share comes from its own CUDA events, so no rank-to-GPU mapping is needed and "
+        "ranks on different nodes compare directly.",
+        evidence="`bottleneck_train_gpu_busy_seconds_total` / `..._idle_seconds_total` per rank, "
+        "`bottleneck_train_info` (device per rank).",
+        scope=("job",), unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="StragglerRank",
+        verdict="straggler rank",
+        expr="<<step_vs_median>> > ${straggler_factor}\nor\n<<local_vs_median>> > ${straggler_factor}",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} is a straggler.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} takes "
+        "{{ $value | humanize }} times the job's median per step (threshold ${straggler_factor}).",
+        advice="Look at that node: a throttled or degraded GPU, a busy CPU, slow local storage; if the slow "
+        "rank rotates, the input pipeline is the cause.",
+        meaning="One rank is slower than its peers and synchronous training waits for it at every "
+        "all-reduce. Because that wait evens out whole-step times, the rule also compares each rank's "
+        "local work per step (data wait + forward + optimizer), which the all-reduce does not touch.",
+        evidence="`bottleneck_train_step_duration_seconds` and `bottleneck_train_phase_seconds_total` per "
+        "rank, the node alerts of the straggler's instance.",
+        scope=RANK, unit="short", group="training",
+    ),
+    Heuristic(
+        name="NetworkBound",
+        verdict="network-bound",
+        expr="<<net_util>> > ${network_saturation_ratio}",
+        for_="10m",
+        summary="NIC {{ $labels.device }} of {{ $labels.instance }} is saturated.",
+        description="{{ $labels.device }} on {{ $labels.instance }} carries {{ $value | humanizePercentage }} "
+        "of its link speed (threshold ${network_saturation_ratio:pct}).",
+        advice="Bigger DDP buckets, gradient accumulation or compression, overlap communication with "
+        "backward; for remote data, cache locally; a faster interconnect (InfiniBand, more NICs).",
+        meaning="All-reduce traffic or remote data reads fill the link; every step waits for the network.",
+        evidence="`bottleneck_network_receive_bytes_total`, `..._transmit_bytes_total`, "
+        "`bottleneck_network_speed_bytes`, `bottleneck_infiniband_port_received_bytes_total`.",
+        scope=("instance", "device"), unit="percentunit", group="node",
+    ),
+    Heuristic(
+        name="TrainingStalled",
+        verdict="training stalled",
+        expr="(time() - bottleneck_train_last_step_timestamp_seconds)\n"
+        "> ${stall_factor}\n"
+        "  * (bottleneck_train_step_duration_seconds_sum / bottleneck_train_step_duration_seconds_count)\n"
+        "and (time() - bottleneck_train_last_step_timestamp_seconds) > ${stall_min_seconds}\n"
+        "and on (instance, job) count by (instance, job) (bottleneck_training_process_info)",
+        for_="2m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} has stopped making progress.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} finished no step "
+        "for {{ $value | humanizeDuration }}, more than ${stall_factor} times its mean step time, while its "
+        "process is alive.",
+        advice="Probably a hang: dump the Python stacks (py-spy dump --pid PID), check NCCL (NCCL_DEBUG=INFO, "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING), look for a dead peer rank or a full disk.",
+        meaning="The process is alive but no optimizer step finishes: a deadlock in a collective, a dead "
+        "peer, a stuck DataLoader worker or a filesystem that stopped answering.",
+        evidence="`bottleneck_train_last_step_timestamp_seconds`, `bottleneck_train_step_duration_seconds`, "
+        "`bottleneck_training_process_info`, the other ranks of the job.",
+        scope=RANK, unit="s", group="training",
+        tiers=(Tier("warning"), Tier("critical", {"stall_factor": "stall_factor_critical",
+                                                  "stall_min_seconds": "stall_min_seconds_critical"})),
+    ),
+    Heuristic(
+        name="GpuLost",
+        verdict="hardware fault (GPU lost)",
+        expr="bottleneck_gpu_up == 0",
+        for_="1m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} fell off the bus.",
+        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} no longer answers "
+        "NVML (GPU is lost); the other GPUs are still reported.",
+        advice="Drain the node: the GPU needs a reset or a reboot; check dmesg for Xid errors, then the "
+        "card, its power and the slot.",
+        meaning="NVML reported GPU_IS_LOST: the driver lost contact with the card. Every job on it has "
+        "failed or hangs.",
+        evidence="`bottleneck_gpu_up`, the kernel log (Xid 79), `bottleneck_gpu_info`.",
+        scope=GPU, unit="short", group="gpu", tiers=(Tier("critical"),),
+    ),
+    Heuristic(
+        name="GpuUncorrectableErrors",
+        verdict="hardware fault (uncorrectable ECC errors)",
+        expr='increase(bottleneck_gpu_ecc_errors_total{type="uncorrected"}[${rate_window}]) > 0',
+        for_="1m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} reports uncorrectable memory errors.",
+        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} counted "
+        "{{ $value | humanize }} uncorrectable ECC errors in the last ${rate_window}.",
+        advice="Drain the node and reset the GPU; if errors return or row remapping failed, replace the "
+        "card.",
+        meaning="Uncorrectable ECC errors corrupt results or kill the process using the memory; pending "
+        "or failed row remapping means the card needs attention.",
+        evidence="`bottleneck_gpu_ecc_errors_total{type=\"uncorrected\"}`, `bottleneck_gpu_remapped_rows_pending`, "
+        "`bottleneck_gpu_remapped_rows_failed`.",
+        scope=GPU, unit="short", group="gpu", tiers=(Tier("critical"),),
+    ),
+    Heuristic(
+        name="ExporterDown",
+        verdict="exporter down (node not monitored)",
+        expr='up{job="${exporter_job}"} == 0',
+        for_="5m",
+        summary="bottleneck-exporter on {{ $labels.instance }} is down.",
+        description="Prometheus cannot scrape job {{ $labels.job }} on {{ $labels.instance }}: the node or "
+        "its exporter is down, so no verdict about it is possible.",
+        advice="Check the node and the service (systemctl status bottleneck-exporter, or the DaemonSet "
+        "pod); other alerts for this instance are inhibited meanwhile.",
+        meaning="Without scrapes every other rule for this node is blind; Alertmanager inhibits the node's "
+        "other alerts while this one fires.",
+        evidence="`up`, the exporter's log, `scrape_duration_seconds`.",
+        scope=("instance", "job"), unit="short", group="exporter", tiers=(Tier("critical"),),
+    ),
+    Heuristic(
+        name="CollectorFailing",
+        verdict="collector failing",
+        expr="bottleneck_scrape_collector_success == 0",
+        for_="10m",
+        summary="Collector {{ $labels.collector }} on {{ $labels.instance }} fails.",
+        description="The {{ $labels.collector }} collector of the exporter on {{ $labels.instance }} fails on "
+        "every scrape; its series are missing, the other collectors still work.",
+        advice="Read the exporter's log for the collector's error (permissions on /proc or /sys, NVML "
+        "driver mismatch); disable it with --no-collector.<name> if the node does not have it.",
+        meaning="Rules that need this collector's series are blind on this node.",
+        evidence="`bottleneck_scrape_collector_success`, `bottleneck_scrape_collector_duration_seconds`, "
+        "the exporter's log.",
+        scope=("instance", "collector"), unit="short", group="exporter",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------- resolution
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+    group: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AlertRule:
+    """One generated alert rule (one severity tier of a heuristic), every template filled in."""
+
+    heuristic: Heuristic
+    severity: str
+    expr: str  # refers to recording rules by name: what alerts/alert-rules.yml contains
+    inline_expr: str  # the recording rules spelled out: runs on a Prometheus without our rules
+    for_: str
+    summary: str
+    description: str  # still a Prometheus template ($value, $labels)
+    advice: str
+    runbook_url: str
+    thresholds: dict[str, float | str]  # parameter → value this tier uses
+
+    @property
+    def alert(self) -> str:
+        return self.heuristic.alert
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"severity": self.severity}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return {
+            "summary": self.summary,
+            "description": self.description,
+            "verdict": self.heuristic.verdict,
+            "advice": self.advice,
+            "runbook_url": self.runbook_url,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    parameters: dict[str, float | str]
+    records: tuple[RecordingRule, ...]
+    alerts: tuple[AlertRule, ...]
+
+    def alert(self, name: str, severity: str | None = None) -> AlertRule:
+        for rule in self.alerts:
+            if name in (rule.alert, rule.heuristic.name) and severity in (None, rule.severity):
+                return rule
+        raise KeyError(f"no alert {name!r}" + (f" with severity {severity}" if severity else ""))
+
+
+def format_value(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _percent(value: float | str) -> str:
+    return f"{float(value) * 100:g}%"
+
+
+def _fill(text: str, params: Mapping[str, float | str], renames: Mapping[str, str] | None = None) -> str:
+    renames = renames or {}
+
+    def parameter(match: re.Match[str]) -> str:
+        name = renames.get(match.group(1), match.group(1))
+        if name not in params:
+            raise CatalogueError(f"unknown parameter ${{{name}}} in {text[:60]!r}")
+        return _percent(params[name]) if match.group(0).endswith(":pct}") else format_value(params[name])
+
+    return PARAM.sub(parameter, text)
+
+
+def records_used(expr: str) -> list[str]:
+    """Record keys ``expr`` needs, dependencies first."""
+    ordered: list[str] = []
+    for key in RECORD_REF.findall(expr):
+        if key not in RECORDS:
+            raise CatalogueError(f"unknown recording rule <<{key}>>")
+        for dependency in records_used(RECORDS[key].expr):
+            if dependency not in ordered:
+                ordered.append(dependency)
+        if key not in ordered:
+            ordered.append(key)
+    return ordered
+
+
+def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Mapping[str, float | str]) -> str:
+    def record(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if not inline:
+            return names[key]
+        body = _with_records(_fill(RECORDS[key].expr, params), names, True, params)
+        return "(" + " ".join(body.split()) + ")"
+
+    return RECORD_REF.sub(record, expr)
+
+
+def parse_parameter(name: str, raw: object) -> float | str:
+    """Parse an override for parameter ``name``; raises CatalogueError naming it."""
+    if name not in PARAMETERS:
+        raise CatalogueError(f"unknown parameter {name!r}; known: {', '.join(sorted(PARAMETERS))}")
+    param = PARAMETERS[name]
+    if param.kind == "number":
+        try:
+            number = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise CatalogueError(f"parameter {name}: expected a number, got {raw!r}") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise CatalogueError(f"parameter {name}: expected a finite number, got {raw!r}")
+        return number
+    text = str(raw)
+    if param.kind == "duration":
+        try:
+            parse_duration(text)
+        except PromQLError:
+            raise CatalogueError(f"parameter {name}: expected a duration such as 5m or 30s, got {raw!r}") from None
+    if param.kind == "regex":
+        try:
+            re.compile(text)
+        except re.error as err:
+            raise CatalogueError(f"parameter {name}: not a valid regular expression ({err}): {raw!r}") from None
+    if not text:
+        raise CatalogueError(f"parameter {name}: must not be empty")
+    return text
+
+
+def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None) -> Catalogue:
+    """Fill in parameters (defaults, then ``overrides``) and return the concrete rules.
+
+    ``for_override`` replaces every ``for:`` (tests use it to see alerts fire within a minute)."""
+    params: dict[str, float | str] = {name: p.default for name, p in PARAMETERS.items()}
+    for name, raw in (overrides or {}).items():
+        params[name] = parse_parameter(name, raw)
+    if for_override is not None:
+        try:
+            parse_duration(for_override)
+        except PromQLError:
+            raise CatalogueError(f"for override: expected a duration such as 30s, got {for_override!r}") from None
+    names = {key: _fill(record.name, params) for key, record in RECORDS.items()}
+    records = tuple(
+        RecordingRule(names[key], _with_records(_fill(RECORDS[key].expr, params), names, False, params),
+                      RECORDS[key].group)
+        for key in RECORDS
+    )
+    base = str(params["runbook_base_url"])
+    alerts: list[AlertRule] = []
+    for heuristic in HEURISTICS:
+        for tier in heuristic.tiers:
+            filled = _fill(heuristic.expr, params, tier.overrides)
+            thresholds = {tier.overrides.get(n, n): params[tier.overrides.get(n, n)]
+                          for n in PARAM.findall(heuristic.expr)}
+            alerts.append(AlertRule(
+                heuristic=heuristic,
+                severity=tier.severity,
+                expr=_with_records(filled, names, False, params),
+                inline_expr=_with_records(filled, names, True, params),
+                for_=for_override or heuristic.for_,
+                summary=_fill(heuristic.summary, params),
+                description=_fill(heuristic.description, params),
+                advice=_fill(heuristic.advice, params),
+                runbook_url=f"{base}#{heuristic.anchor}",
+                thresholds=thresholds,
+            ))
+    return Catalogue(params, records, tuple(alerts))
+
+
+def validate() -> None:
+    """Check the catalogue's own consistency; raises CatalogueError naming the culprit."""
+    seen: set[str] = set()
+    for heuristic in HEURISTICS:
+        where = f"heuristic {heuristic.name}"
+        if heuristic.name in seen:
+            raise CatalogueError(f"{where}: defined twice")
+        seen.add(heuristic.name)
+        if not re.fullmatch(r"[A-Z][A-Za-z0-9]+", heuristic.name):
+            raise CatalogueError(f"{where}: name must be CamelCase")
+        if heuristic.group not in GROUPS:
+            raise CatalogueError(f"{where}: group {heuristic.group!r} not in {GROUPS}")
+        severities = [t.severity for t in heuristic.tiers]
+        if len(set(severities)) != len(severities) or any(s not in SEVERITIES for s in severities):
+            raise CatalogueError(f"{where}: severities {severities} must be distinct values of {SEVERITIES}")
+        parse_duration(heuristic.for_)
+        for text in (heuristic.summary, heuristic.description):
+            gotemplate.check(text)
+        for tier in heuristic.tiers:
+            for used, replacement in tier.overrides.items():
+                if used not in heuristic.parameters or replacement not in PARAMETERS:
+                    raise CatalogueError(f"{where}: tier {tier.severity} overrides unknown {used}→{replacement}")
+    catalogue = resolve()
+    for rule in catalogue.alerts:
+        try:
+            parse(rule.inline_expr)
+        except PromQLError as err:
+            raise CatalogueError(f"alert {rule.alert}: {err}") from None

@@ -1,0 +1,617 @@
+"""A small PromQL evaluator: the subset the heuristics catalogue uses, with Prometheus 2.x semantics.
+
+It lets ``diagnose`` evaluate the very alert expressions that Prometheus runs, over series sampled on
+this node with no Prometheus at hand, so the Python verdicts and the alert rules cannot drift apart.
+The scenario table checks it against ``promtool test rules`` on every heuristic.
+
+Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``increase``,
+``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``; ``sum avg min max count quantile``
+with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
+and ``group_left``. Anything else is a :class:`PromQLError` naming the construct.
+
+    >>> store = SeriesStore()
+    >>> store.add({"__name__": "up", "instance": "a"}, [(0, 1.0)])
+    >>> evaluate("up == 1", store, 0.0)
+    [Sample(labels={'__name__': 'up', 'instance': 'a'}, value=1.0)]
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+LOOKBACK_SECONDS = 300.0
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+AGGREGATIONS = ("sum", "avg", "min", "max", "count", "quantile")
+RANGE_FUNCTIONS = ("rate", "increase", "avg_over_time", "max_over_time", "min_over_time")
+COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
+
+
+class PromQLError(ValueError):
+    """An expression outside the supported subset, a syntax error, or a matching error."""
+
+
+@dataclasses.dataclass
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+Vector = list[Sample]
+Value = float | Vector
+
+
+# ---------------------------------------------------------------------------------------------- storage
+
+
+class SeriesStore:
+    """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points."""
+
+    def __init__(self) -> None:
+        self._series: dict[tuple[tuple[str, str], ...], tuple[list[float], list[float]]] = {}
+
+    def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
+        key = tuple(sorted(labels.items()))
+        times, values = self._series.setdefault(key, ([], []))
+        for t, v in points:
+            index = bisect.bisect_right(times, t)
+            times.insert(index, t)
+            values.insert(index, v)
+
+    def series(self) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+        for key, (times, values) in self._series.items():
+            yield dict(key), times, values
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+
+# ---------------------------------------------------------------------------------------------- syntax
+
+
+@dataclasses.dataclass(frozen=True)
+class Matcher:
+    name: str
+    op: str
+    value: str
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        actual = labels.get(self.name, "")
+        if self.op == "=":
+            return actual == self.value
+        if self.op == "!=":
+            return actual != self.value
+        found = re.fullmatch(self.value, actual) is not None
+        return found if self.op == "=~" else not found
+
+
+@dataclasses.dataclass(frozen=True)
+class Selector:
+    matchers: tuple[Matcher, ...]
+    range_seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Number:
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple[Node, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    op: str
+    expr: Node
+    param: Node | None = None
+    grouping: tuple[str, ...] = ()
+    without: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Binary:
+    op: str
+    lhs: Node
+    rhs: Node
+    return_bool: bool = False
+    on: tuple[str, ...] | None = None
+    ignoring: tuple[str, ...] = ()
+    group_left: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Negate:
+    expr: Node
+
+
+Node = Selector | Number | Call | Aggregate | Binary | Negate
+
+TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![a-zA-Z_:]))
+    | (?P<duration>\[\s*(?:\d+(?:ms|[smhdwy]))+\s*\])
+    | (?P<ident>[a-zA-Z_:][a-zA-Z0-9_:]*)
+    | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+    | (?P<op>==|!=|>=|<=|=~|!~|[-+*/%^(){},=<>])
+    )""",
+    re.VERBOSE,
+)
+
+
+def parse_duration(text: str) -> float:
+    """``5m`` → 300.0; ``1m30s`` → 90.0. Raises PromQLError for anything else."""
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise PromQLError(f"not a duration: {text!r}")
+    return sum(int(n) * DURATION_UNITS[u] for n, u in parts)
+
+
+class Parser:
+    """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; ^; unary minus."""
+
+    LEVELS: tuple[tuple[str, ...], ...] = (("or",), ("and", "unless"), COMPARISONS, ("+", "-"), ("*", "/", "%"))
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = TOKEN.match(text, pos)
+            if match is None:
+                raise PromQLError(f"unexpected character {text[pos:pos + 10]!r} at offset {pos}")
+            kind = match.lastgroup or ""
+            self.tokens.append((kind, match.group(kind)))
+            pos = match.end()
+        self.pos = 0
+
+    def peek(self, offset: int = 0) -> tuple[str, str]:
+        index = self.pos + offset
+        return self.tokens[index] if index < len(self.tokens) else ("end", "")
+
+    def take(self, value: str | None = None) -> tuple[str, str]:
+        token = self.peek()
+        if value is not None and token[1] != value:
+            raise PromQLError(f"expected {value!r}, found {token[1] or 'end of expression'!r} in {self.text!r}")
+        self.pos += 1
+        return token
+
+    def parse(self) -> Node:
+        node = self.binary(0)
+        if self.peek()[0] != "end":
+            raise PromQLError(f"unexpected {self.peek()[1]!r} in {self.text!r}")
+        return node
+
+    def binary(self, level: int) -> Node:
+        if level == len(self.LEVELS):
+            return self.power()
+        node = self.binary(level + 1)
+        while self.peek()[1] in self.LEVELS[level]:
+            op = self.take()[1]
+            return_bool = False
+            if self.peek()[1] == "bool":
+                self.take()
+                return_bool = True
+            on: tuple[str, ...] | None = None
+            ignoring: tuple[str, ...] = ()
+            group_left: tuple[str, ...] | None = None
+            if self.peek()[1] in ("on", "ignoring"):
+                keyword = self.take()[1]
+                labels = self.label_list()
+                if keyword == "on":
+                    on = labels
+                else:
+                    ignoring = labels
+                if self.peek()[1] in ("group_left", "group_right"):
+                    if self.take()[1] == "group_right":
+                        raise PromQLError("group_right is not supported; swap the operands and use group_left")
+                    group_left = self.label_list() if self.peek()[1] == "(" else ()
+            rhs = self.binary(level + 1)
+            node = Binary(op, node, rhs, return_bool, on, ignoring, group_left)
+        return node
+
+    def power(self) -> Node:
+        node = self.unary()
+        if self.peek()[1] == "^":
+            self.take()
+            return Binary("^", node, self.power())
+        return node
+
+    def unary(self) -> Node:
+        if self.peek()[1] == "-":
+            self.take()
+            return Negate(self.unary())
+        if self.peek()[1] == "+":
+            self.take()
+            return self.unary()
+        return self.primary()
+
+    def label_list(self) -> tuple[str, ...]:
+        self.take("(")
+        labels: list[str] = []
+        while self.peek()[1] != ")":
+            kind, name = self.take()
+            if kind != "ident":
+                raise PromQLError(f"expected a label name, found {name!r} in {self.text!r}")
+            labels.append(name)
+            if self.peek()[1] == ",":
+                self.take()
+        self.take(")")
+        return tuple(labels)
+
+    def primary(self) -> Node:
+        kind, value = self.peek()
+        if kind == "number":
+            self.take()
+            return Number(float(value))
+        if value == "(":
+            self.take()
+            node = self.binary(0)
+            self.take(")")
+            return node
+        if kind == "ident" and value in AGGREGATIONS:
+            return self.aggregate()
+        if kind == "ident" and self.peek(1)[1] == "(":
+            return self.call()
+        if kind == "ident" or value == "{":
+            return self.selector()
+        raise PromQLError(f"unexpected {value or 'end of expression'!r} in {self.text!r}")
+
+    def aggregate(self) -> Node:
+        op = self.take()[1]
+        grouping: tuple[str, ...] = ()
+        without = False
+        if self.peek()[1] in ("by", "without"):
+            without = self.take()[1] == "without"
+            grouping = self.label_list()
+        self.take("(")
+        param: Node | None = None
+        if op == "quantile":
+            param = self.binary(0)
+            self.take(",")
+        expr = self.binary(0)
+        self.take(")")
+        if self.peek()[1] in ("by", "without"):
+            without = self.take()[1] == "without"
+            grouping = self.label_list()
+        return Aggregate(op, expr, param, grouping, without)
+
+    def call(self) -> Node:
+        func = self.take()[1]
+        if func not in (*RANGE_FUNCTIONS, "time"):
+            raise PromQLError(f"function {func}() is not supported by this evaluator")
+        self.take("(")
+        args: list[Node] = []
+        while self.peek()[1] != ")":
+            args.append(self.binary(0))
+            if self.peek()[1] == ",":
+                self.take()
+        self.take(")")
+        if func == "time" and args:
+            raise PromQLError("time() takes no arguments")
+        if func in RANGE_FUNCTIONS and (
+            len(args) != 1 or not isinstance(args[0], Selector) or args[0].range_seconds is None
+        ):
+            raise PromQLError(f"{func}() needs one range selector such as metric[5m]")
+        return Call(func, tuple(args))
+
+    def selector(self) -> Node:
+        matchers: list[Matcher] = []
+        if self.peek()[0] == "ident":
+            matchers.append(Matcher("__name__", "=", self.take()[1]))
+        if self.peek()[1] == "{":
+            self.take()
+            while self.peek()[1] != "}":
+                kind, name = self.take()
+                if kind != "ident":
+                    raise PromQLError(f"expected a label name, found {name!r} in {self.text!r}")
+                op = self.take()[1]
+                if op not in ("=", "!=", "=~", "!~"):
+                    raise PromQLError(f"expected a label matcher operator after {name!r}, found {op!r}")
+                kind, literal = self.take()
+                if kind != "string":
+                    raise PromQLError(f"expected a quoted label value after {name}{op}, found {literal!r}")
+                matchers.append(Matcher(name, op, unquote(literal)))
+                if self.peek()[1] == ",":
+                    self.take()
+            self.take("}")
+        range_seconds = None
+        if self.peek()[0] == "duration":
+            range_seconds = parse_duration(self.take()[1].strip("[] "))
+        if self.peek()[1] in ("offset", "@"):
+            raise PromQLError("offset and @ modifiers are not supported by this evaluator")
+        return Selector(tuple(matchers), range_seconds)
+
+
+def unquote(literal: str) -> str:
+    body = literal[1:-1]
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+
+
+def parse(text: str) -> Node:
+    return Parser(text).parse()
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+def evaluate(expr: str | Node, store: SeriesStore, at: float) -> Value:
+    """Instant query of ``expr`` at time ``at`` (seconds) over ``store``: a scalar or a vector."""
+    node = parse(expr) if isinstance(expr, str) else expr
+    return Evaluator(store, at).eval(node)
+
+
+def _without_name(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != "__name__"}
+
+
+def _signature(labels: Mapping[str, str], on: tuple[str, ...] | None, ignoring: tuple[str, ...]) -> tuple:
+    if on is not None:
+        return tuple((name, labels.get(name, "")) for name in sorted(on))
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in ignoring))
+
+
+def _arith(op: str, a: float, b: float) -> float:
+    try:
+        if op == "+":
+            return a + b
+        if op == "-":
+            return a - b
+        if op == "*":
+            return a * b
+        if op == "/":
+            return a / b
+        if op == "%":
+            return math.fmod(a, b)
+        return float(a**b)
+    except ZeroDivisionError:
+        if op == "%" or a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    except OverflowError:
+        return math.inf
+
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+}
+
+
+def _extrapolated_rate(times: list[float], values: list[float], start: float, end: float,
+                       range_seconds: float, is_rate: bool) -> float | None:
+    """Prometheus' extrapolatedRate for counters: reset-aware, extrapolated to the window edges."""
+    if len(times) < 2:
+        return None
+    result = values[-1] - values[0]
+    last = 0.0
+    for value in values:
+        if value < last:
+            result += last
+        last = value
+    to_start = times[0] - start
+    to_end = end - times[-1]
+    sampled = times[-1] - times[0]
+    average = sampled / (len(times) - 1)
+    if result > 0 and values[0] >= 0:
+        # A counter does not extrapolate below zero: it probably started inside the window.
+        to_start = min(to_start, sampled * (values[0] / result))
+    threshold = average * 1.1
+    interval = sampled
+    interval += to_start if to_start < threshold else average / 2
+    interval += to_end if to_end < threshold else average / 2
+    result *= interval / sampled
+    return result / range_seconds if is_rate else result
+
+
+class Evaluator:
+    def __init__(self, store: SeriesStore, at: float) -> None:
+        self.store = store
+        self.at = at
+
+    def eval(self, node: Node) -> Value:
+        if isinstance(node, Number):
+            return node.value
+        if isinstance(node, Negate):
+            inner = self.eval(node.expr)
+            if isinstance(inner, float):
+                return -inner
+            return [Sample(_without_name(s.labels), -s.value) for s in inner]
+        if isinstance(node, Selector):
+            if node.range_seconds is not None:
+                raise PromQLError("a range selector needs a function such as rate() around it")
+            return self.instant(node)
+        if isinstance(node, Call):
+            return self.call(node)
+        if isinstance(node, Aggregate):
+            return self.aggregate(node)
+        return self.binary(node)
+
+    def _select(self, selector: Selector) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+        for labels, times, values in self.store.series():
+            if all(m.matches(labels) for m in selector.matchers):
+                yield labels, times, values
+
+    def instant(self, selector: Selector) -> Vector:
+        out: Vector = []
+        for labels, times, values in self._select(selector):
+            index = bisect.bisect_right(times, self.at) - 1
+            if index >= 0 and times[index] > self.at - LOOKBACK_SECONDS:
+                out.append(Sample(dict(labels), values[index]))
+        return out
+
+    def call(self, node: Call) -> Value:
+        if node.func == "time":
+            return self.at
+        selector = node.args[0]
+        assert isinstance(selector, Selector) and selector.range_seconds is not None
+        start = self.at - selector.range_seconds
+        out: Vector = []
+        for labels, times, values in self._select(selector):
+            lo = bisect.bisect_left(times, start)
+            hi = bisect.bisect_right(times, self.at)
+            window_t, window_v = times[lo:hi], values[lo:hi]
+            if not window_t:
+                continue
+            result: float | None
+            if node.func in ("rate", "increase"):
+                result = _extrapolated_rate(window_t, window_v, start, self.at, selector.range_seconds,
+                                            node.func == "rate")
+            elif node.func == "avg_over_time":
+                result = sum(window_v) / len(window_v)
+            elif node.func == "max_over_time":
+                result = max(window_v)
+            else:
+                result = min(window_v)
+            if result is not None:
+                out.append(Sample(_without_name(labels), result))
+        return out
+
+    def aggregate(self, node: Aggregate) -> Vector:
+        inner = self.eval(node.expr)
+        if isinstance(inner, float):
+            raise PromQLError(f"{node.op}() needs a vector, got a scalar")
+        param = self.eval(node.param) if node.param is not None else None
+        groups: dict[tuple, tuple[dict[str, str], list[float]]] = {}
+        for sample in inner:
+            if node.without:
+                key_labels = {k: v for k, v in sample.labels.items()
+                              if k != "__name__" and k not in node.grouping}
+            else:
+                key_labels = {k: sample.labels[k] for k in node.grouping if sample.labels.get(k, "") != ""}
+            key = tuple(sorted(key_labels.items()))
+            groups.setdefault(key, (key_labels, []))[1].append(sample.value)
+        out: Vector = []
+        for key_labels, values in groups.values():
+            if node.op == "sum":
+                value = math.fsum(values)
+            elif node.op == "avg":
+                value = math.fsum(values) / len(values)
+            elif node.op == "count":
+                value = float(len(values))
+            elif node.op == "max":
+                value = max((v for v in values if not math.isnan(v)), default=math.nan)
+            elif node.op == "min":
+                value = min((v for v in values if not math.isnan(v)), default=math.nan)
+            else:
+                if not isinstance(param, float):
+                    raise PromQLError("quantile() needs a scalar first argument")
+                value = _quantile(param, values)
+            out.append(Sample(key_labels, value))
+        return out
+
+    def binary(self, node: Binary) -> Value:
+        lhs = self.eval(node.lhs)
+        rhs = self.eval(node.rhs)
+        op = node.op
+        if op in ("and", "or", "unless"):
+            if isinstance(lhs, float) or isinstance(rhs, float):
+                raise PromQLError(f"'{op}' needs vectors on both sides")
+            return self.set_operation(node, lhs, rhs)
+        comparison = op in COMPARISONS
+        if isinstance(lhs, float) and isinstance(rhs, float):
+            if comparison and not node.return_bool:
+                raise PromQLError("comparisons between scalars must use bool")
+            return float(_COMPARE[op](lhs, rhs)) if comparison else _arith(op, lhs, rhs)
+        if isinstance(lhs, float) or isinstance(rhs, float):
+            return self.vector_scalar(node, lhs, rhs)
+        return self.vector_vector(node, lhs, rhs)
+
+    def vector_scalar(self, node: Binary, lhs: Value, rhs: Value) -> Vector:
+        swapped = isinstance(lhs, float)
+        vector = rhs if swapped else lhs
+        scalar = lhs if swapped else rhs
+        assert isinstance(vector, list) and isinstance(scalar, float)
+        out: Vector = []
+        for sample in vector:
+            a, b = (scalar, sample.value) if swapped else (sample.value, scalar)
+            labels = sample.labels
+            if node.op in COMPARISONS:
+                keep = _COMPARE[node.op](a, b)
+                if node.return_bool:
+                    out.append(Sample(_without_name(labels), float(keep)))
+                elif keep:
+                    out.append(Sample(dict(labels), sample.value))
+            else:
+                out.append(Sample(_without_name(labels), _arith(node.op, a, b)))
+        return out
+
+    def vector_vector(self, node: Binary, lhs: Vector, rhs: Vector) -> Vector:
+        right: dict[tuple, Sample] = {}
+        for sample in rhs:
+            sig = _signature(sample.labels, node.on, node.ignoring)
+            if sig in right:
+                raise PromQLError(f"found duplicate series for the match group {dict(sig)} on the right hand-side "
+                                  f"of '{node.op}'")
+            right[sig] = sample
+        seen: set[tuple] = set()
+        out: Vector = []
+        comparison = node.op in COMPARISONS
+        for sample in lhs:
+            sig = _signature(sample.labels, node.on, node.ignoring)
+            match = right.get(sig)
+            if match is None:
+                continue
+            if node.group_left is None:
+                if sig in seen:
+                    raise PromQLError(f"many-to-one matching must be explicit (group_left) for '{node.op}': "
+                                      f"{dict(sig)}")
+                seen.add(sig)
+            if comparison:
+                keep = _COMPARE[node.op](sample.value, match.value)
+                if not keep and not node.return_bool:
+                    continue
+                value = float(keep) if node.return_bool else sample.value
+            else:
+                value = _arith(node.op, sample.value, match.value)
+            labels = dict(sample.labels)
+            if not comparison or node.return_bool:
+                labels.pop("__name__", None)
+            if node.group_left is None:
+                if node.on is not None:
+                    labels = {k: v for k, v in labels.items() if k in node.on}
+                else:
+                    labels = {k: v for k, v in labels.items() if k not in node.ignoring}
+            else:
+                for name in node.group_left:
+                    if match.labels.get(name, ""):
+                        labels[name] = match.labels[name]
+                    else:
+                        labels.pop(name, None)
+            out.append(Sample(labels, value))
+        return out
+
+    def set_operation(self, node: Binary, lhs: Vector, rhs: Vector) -> Vector:
+        right = {_signature(s.labels, node.on, node.ignoring) for s in rhs}
+        if node.op == "and":
+            return [s for s in lhs if _signature(s.labels, node.on, node.ignoring) in right]
+        if node.op == "unless":
+            return [s for s in lhs if _signature(s.labels, node.on, node.ignoring) not in right]
+        left = {_signature(s.labels, node.on, node.ignoring) for s in lhs}
+        return [*lhs, *(s for s in rhs if _signature(s.labels, node.on, node.ignoring) not in left)]
+
+
+def _quantile(q: float, values: list[float]) -> float:
+    if math.isnan(q) or not values:
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(len(ordered) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
