@@ -1,0 +1,380 @@
+"""The in-process hook with real PyTorch CPU training loops, against the real exporter where it matters."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torch
+from prometheus_client.parser import text_string_to_metric_families
+from torch.utils.data import DataLoader, TensorDataset
+
+from exporter.hook import instrument
+from exporter.hook.session import Session
+from exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
+from exporter.hook.transport import Transport
+from exporter.push.schema import encode, validate
+
+pytestmark = pytest.mark.torch
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINER = ROOT / "tests" / "hook_trainer.py"
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(scrape: dict[Any, float], name: str, **labels: str) -> float | None:
+    """The one sample of ``name`` whose labels include ``labels``; None if absent."""
+    found = [v for (n, lbls), v in scrape.items() if n == name and set(labels.items()) <= set(lbls)]
+    assert len(found) <= 1, f"{name}{labels} matched {len(found)} series"
+    return found[0] if found else None
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Trainer:
+    def __init__(self, tmp: Path, sock: Path, job: str, dataset: str, workers: int) -> None:
+        self.stop_file = tmp / f"{job}.stop"
+        env = {**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": job,
+               "BOTTLENECK_PUSH_INTERVAL": "0.2", "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(TRAINER), "--dataset", dataset, "--workers", str(workers),
+             "--stop-file", str(self.stop_file)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(self) -> tuple[int, str, str]:
+        self.stop_file.touch()
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        return self.proc.returncode, out, err
+
+
+@pytest.fixture
+def trainers(tmp_path: Path) -> Iterator[list[Trainer]]:
+    started: list[Trainer] = []
+    yield started
+    for trainer in started:
+        if trainer.proc.poll() is None:
+            trainer.finish()
+
+
+def steps_of(exporter: Any, job: str) -> Callable[[], dict[Any, float] | None]:
+    def check() -> dict[Any, float] | None:
+        scrape = samples(exporter.scrape())
+        steps = value(scrape, "bottleneck_train_steps_total", job=job)
+        return scrape if steps else None
+    return check
+
+
+def window(exporter: Any, job: str, more_steps: int) -> tuple[dict[Any, float], dict[Any, float]]:
+    """Two scrapes ``more_steps`` optimizer steps apart, after the run has warmed up (like rate() in rules)."""
+    first = wait_for(steps_of(exporter, job), f"{job} to report steps")
+    start = value(first, "bottleneck_train_steps_total", job=job) or 0
+
+    def later() -> dict[Any, float] | None:
+        scrape = samples(exporter.scrape())
+        return scrape if (value(scrape, "bottleneck_train_steps_total", job=job) or 0) >= start + more_steps else None
+
+    return first, wait_for(later, f"{job} to report {more_steps} more steps")
+
+
+def share(first: dict[Any, float], second: dict[Any, float], job: str, phase: str) -> float:
+    def delta(p: str) -> float:
+        name = "bottleneck_train_phase_seconds_total"
+        return (value(second, name, job=job, phase=p) or 0) - (value(first, name, job=job, phase=p) or 0)
+    return delta(phase) / delta("step")
+
+
+# -- against the real exporter --------------------------------------------------------------------------------
+@pytest.mark.live
+def test_slow_dataset_without_workers_is_reported_input_bound(start_exporter, trainers, tmp_path):
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.training", f"--push.socket={sock}"])
+    trainers.append(Trainer(tmp_path, sock, "slowjob", "slow", workers=0))
+    first, second = window(exporter, "slowjob", more_steps=15)
+
+    assert share(first, second, "slowjob", "data_wait") > 0.8
+    assert value(second, "bottleneck_train_dataloader_num_workers", job="slowjob") == 0
+    # The trainer's main thread is the loader: the training collector (told about the trainer by the receiver)
+    # sees the CPU go to the main thread, busy rather than blocked, and finds no workers. "Busy" is judged
+    # loosely (10% of a core) because this machine is shared; a loader that sleeps would show ~0.
+    info = [dict(lbls) for (n, lbls), _ in second.items()
+            if n == "bottleneck_training_process_info" and ("job", "slowjob") in lbls]
+    assert len(info) == 1 and info[0]["discovered_by"] == "push", info
+    process = info[0]["process"]
+
+    def cpu(scrape: dict[Any, float], role: str | None = None) -> float:
+        return sum(v for (n, lbls), v in scrape.items() if n == "bottleneck_training_cpu_seconds_total"
+                   and ("process", process) in lbls and (role is None or ("role", role) in lbls))
+
+    main_cpu = cpu(second, "main") - cpu(first, "main")
+    step_seconds = sum(value(s, "bottleneck_train_phase_seconds_total", job="slowjob", phase="step") or 0
+                       for s in (second,)) - (value(first, "bottleneck_train_phase_seconds_total",
+                                                    job="slowjob", phase="step") or 0)
+    assert main_cpu > 0.9 * (cpu(second) - cpu(first))
+    assert main_cpu > 0.1 * step_seconds
+    assert not value(second, "bottleneck_training_dataloader_workers_found", process=process)
+    rc, _, err = trainers[0].finish()
+    assert rc == 0, err
+
+
+@pytest.mark.live
+def test_fast_dataset_with_two_workers_is_not_input_bound(start_exporter, trainers, tmp_path):
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.training", f"--push.socket={sock}"])
+    trainers.append(Trainer(tmp_path, sock, "fastjob", "fast", workers=2))
+    first, second = window(exporter, "fastjob", more_steps=20)
+
+    assert share(first, second, "fastjob", "data_wait") < 0.2
+    assert value(second, "bottleneck_train_dataloader_num_workers", job="fastjob") == 2
+    assert value(second, "bottleneck_train_dataloader_persistent_workers", job="fastjob") == 1
+    info = [dict(lbls) for (n, lbls), _ in second.items()
+            if n == "bottleneck_training_process_info" and ("job", "fastjob") in lbls]
+    assert len(info) == 1, info
+    assert value(second, "bottleneck_training_dataloader_workers_found", process=info[0]["process"]) == 2
+    rc, _, err = trainers[0].finish()
+    assert rc == 0, err
+
+
+@pytest.mark.live
+def test_exporter_restarted_mid_run_metrics_resume_without_touching_training(start_exporter, trainers, tmp_path):
+    sock = tmp_path / "push.sock"
+    args = ["--collector.disable-defaults", f"--push.socket={sock}"]
+    first_exporter = start_exporter(args)
+    trainers.append(Trainer(tmp_path, sock, "restartjob", "fast", workers=0))
+    before = wait_for(steps_of(first_exporter, "restartjob"), "steps before the restart")
+    steps_before = value(before, "bottleneck_train_steps_total", job="restartjob")
+    first_exporter.proc.terminate()  # SIGTERM, as systemd would on a restart (the fixture collects its output)
+    first_exporter.proc.wait(timeout=10)
+    assert not sock.exists()
+    time.sleep(1.0)  # the trainer keeps stepping with nobody listening: its datagrams are dropped
+    assert trainers[0].proc.poll() is None
+
+    second_exporter = start_exporter(args)
+
+    def resumed() -> dict[Any, float] | None:
+        scrape = samples(second_exporter.scrape())
+        steps = value(scrape, "bottleneck_train_steps_total", job="restartjob") or 0
+        return scrape if steps > steps_before else None
+
+    after = wait_for(resumed, "metrics to resume after the restart")
+    # Totals are cumulative in the trainer, so nothing measured during the outage is lost; the datagrams
+    # that found no exporter are counted.
+    assert (value(after, "bottleneck_train_hook_dropped_datagrams_total", job="restartjob") or 0) > 0
+    rc, out, err = trainers[0].finish()
+    assert rc == 0 and "trained" in out, err
+    assert "Traceback" not in err
+
+
+# -- in-process ---------------------------------------------------------------------------------------------
+def seeded_run(wrap: Callable[[DataLoader, torch.nn.Module, torch.optim.Optimizer], Any]) -> list[torch.Tensor]:
+    torch.manual_seed(1234)
+    data = TensorDataset(torch.randn(96, 12), torch.randn(96, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(7))
+    loader = wrap(loader, model, optimizer)
+    for _ in range(3):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_no_exporter_running_gives_bit_identical_results(tmp_path):
+    absent = f"unix://{tmp_path}/nobody-listens.sock"
+    sessions: list[Session] = []
+
+    def wrap(loader: DataLoader, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        wrapped = instrument(loader, model=model, optimizer=optimizer, address=absent, interval=0.05)
+        sessions.append(wrapped.bottleneck_session)
+        return wrapped
+
+    plain = seeded_run(lambda loader, model, optimizer: loader)
+    hooked = seeded_run(wrap)
+    assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
+    session = sessions[0]
+    assert session.active and session.errors == 0
+    assert session.clock.steps == 36
+    assert session.transport.dropped >= 3 and session.transport.sent == 0
+
+
+def test_repeated_internal_errors_switch_the_hook_off_once_and_training_is_unaffected(tmp_path, caplog):
+    def broken_sample_count(batch: Any) -> int:
+        raise RuntimeError("bug in a user-supplied sample counter")
+
+    sessions: list[Session] = []
+
+    def wrap(loader: DataLoader, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        wrapped = instrument(loader, model=model, optimizer=optimizer, samples=broken_sample_count,
+                             address=f"unix://{tmp_path}/x.sock")
+        sessions.append(wrapped.bottleneck_session)
+        return wrapped
+
+    plain = seeded_run(lambda loader, model, optimizer: loader)
+    with caplog.at_level(logging.WARNING, logger="exporter.hook"):
+        hooked = seeded_run(wrap)
+    assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
+    assert not sessions[0].active and sessions[0].errors == 10
+    switched_off = [r for r in caplog.records if "switching the hook off" in r.getMessage()]
+    assert len(switched_off) == 1
+
+
+def test_datagrams_carry_phases_settings_and_samples(tmp_path):
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(str(tmp_path / "rx.sock"))
+    rx.setblocking(False)
+    seeded_run(lambda loader, model, optimizer: instrument(
+        loader, model=model, optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", job="unit/test"))
+    received = []
+    while True:
+        try:
+            received.append(validate(rx.recv(65536)))
+        except BlockingIOError:
+            break
+    rx.close()
+    # One datagram at the end of each of the 3 passes over the data; every one passes the receiver's schema.
+    assert len(received) >= 3
+    last = received[-1]
+    assert (last.job, last.steps, last.samples) == ("unit/test", 36, 96 * 3)
+    assert [s.seq for s in received] == sorted(s.seq for s in received)
+    assert all(last.phase_seconds[p] > 0 for p in ("data_wait", "forward", "backward", "optimizer", "step"))
+    assert sum(last.phase_seconds[p] for p in ("data_wait", "forward", "backward", "optimizer")) \
+        <= last.phase_seconds["step"]
+    assert last.loader is not None
+    assert (last.loader.num_workers, last.loader.batch_size, last.loader.prefetch_factor) == (0, 8, None)
+
+
+def test_gradient_accumulation_counts_one_step_per_optimizer_step(tmp_path):
+    session = Session(address="off")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = instrument(DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=5),
+                        model=model, optimizer=optimizer, session=session)
+    for index, (x, y) in enumerate(loader):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if index % 4 == 3:
+            optimizer.step()
+            optimizer.zero_grad()
+    assert session.clock.steps == 2
+    assert session.clock.samples == 40
+    session.close()
+
+
+def test_forked_child_never_sends(tmp_path):
+    path = str(tmp_path / "rx.sock")
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(path)
+    transport = Transport(f"unix://{path}")
+    assert transport.send(b"parent")
+    pid = os.fork()
+    if pid == 0:  # the child: what a DataLoader worker would be
+        os._exit(0 if transport.send(b"child") is False else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert transport.send(b"parent again")
+    rx.setblocking(False)
+    got = []
+    while True:
+        try:
+            got.append(rx.recv(100))
+        except BlockingIOError:
+            break
+    assert got == [b"parent", b"parent again"]
+
+
+# -- GPU timing without a GPU: a fake CUDA event ---------------------------------------------------------------
+class FakeCudaEvent:
+    """Stands in for torch.cuda.Event on a GPU that runs ``lag`` marks behind the host (in order, like a
+    stream): query() is True only once the host has recorded ``lag`` more events. Waiting on it is a bug."""
+
+    recorded = 0  # events recorded so far, all instances: the host's position in the stream
+    created: list[FakeCudaEvent] = []
+
+    def __init__(self, lag: int) -> None:
+        self.lag = lag
+        self.position: int | None = None
+        FakeCudaEvent.created.append(self)
+
+    def record(self) -> None:
+        FakeCudaEvent.recorded += 1
+        self.position = FakeCudaEvent.recorded
+
+    def query(self) -> bool:
+        return self.position is not None and FakeCudaEvent.recorded - self.position >= self.lag
+
+    def elapsed_time(self, end: FakeCudaEvent) -> float:
+        if not (self.query() and end.query()):
+            raise AssertionError("elapsed_time on an event the GPU has not reached: that would wait")
+        assert self.position is not None and end.position is not None
+        return 0.5 * (end.position - self.position)  # the stream advances 0.5 ms between marks
+
+    def synchronize(self) -> None:
+        raise AssertionError("synchronize() called: the hook must never wait on the device")
+
+    def wait(self, stream: Any = None) -> None:
+        raise AssertionError("wait() called")
+
+
+def test_gpu_harvest_never_waits_on_an_unfinished_event():
+    timer = GpuTimer(lambda: FakeCudaEvent(lag=10**9), max_pending=8)
+    for _ in range(50):
+        for phase in (FORWARD, BACKWARD, OPTIMIZER):
+            timer.mark(phase)
+        timer.end_step()
+    # Nothing finished, so nothing was read; memory stays bounded by giving up the oldest steps.
+    assert timer.harvested_steps == 0 and timer.busy_seconds == 0
+    assert timer.pending_steps() <= 8 and timer.abandoned_steps == 42
+
+
+def test_gpu_phases_are_harvested_steps_later_in_a_real_training_loop():
+    FakeCudaEvent.created.clear()
+    session = Session(address="off", gpu_event_factory=lambda: FakeCudaEvent(lag=10))
+    seeded_run(lambda loader, model, optimizer: instrument(loader, model=model, optimizer=optimizer,
+                                                             session=session))
+    gpu = session.gpu
+    assert gpu is not None
+    # The GPU runs 10 marks (2-3 steps) behind: the last steps are still pending, earlier ones were
+    # harvested once done, without ever waiting (FakeCudaEvent raises if waited on).
+    assert 0 < gpu.harvested_steps < session.clock.steps
+    assert gpu.pending_steps() > 0
+    # Four marks per step, 0.5 ms apart: forward, backward, optimizer 0.5 ms each; busy 1.5 ms; idle 0.5 ms.
+    per_step = {name: gpu.phase_totals[index] / gpu.harvested_steps for index, name in
+                ((FORWARD, "forward"), (BACKWARD, "backward"), (OPTIMIZER, "optimizer"))}
+    assert per_step == pytest.approx({"forward": 0.0005, "backward": 0.0005, "optimizer": 0.0005})
+    assert gpu.busy_seconds / gpu.harvested_steps == pytest.approx(0.0015)
+    assert gpu.idle_seconds / (gpu.harvested_steps - 1) == pytest.approx(0.0005)
+    # Events are reused once read: far fewer objects than marks.
+    assert len(FakeCudaEvent.created) < 4 * session.clock.steps / 2
+    snapshot = validate(encode(session.payload()))
+    assert snapshot.gpu is not None and snapshot.gpu.busy_seconds == pytest.approx(gpu.busy_seconds)
+    session.close()
