@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, TensorDataset
