@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from exporter.procfs import USER_HZ, list_dir, read_key_values, read_text
-from exporter.training_discovery import PIN_MEMORY_COMM, WORKER_COMM, read_stat
+from exporter.procfs import USER_HZ, list_dir
+from exporter.training_discovery import PIN_MEMORY_COMM, WORKER_COMM, read_small, read_stat
 
 MAIN, DATA_WORKER, PIN_MEMORY, OTHER = "main", "data_worker", "pin_memory", "other"
 ROLES = (MAIN, DATA_WORKER, PIN_MEMORY, OTHER)
@@ -83,9 +83,9 @@ def sample_process_threads(
         stat = read_stat(os.path.join(task_dir, name, "stat"))
         if stat is None:
             continue
-        status = read_key_values(os.path.join(task_dir, name, "status"))
+        status = read_fields(os.path.join(task_dir, name, "status"), _STATUS_KEYS)
         if rss is None and "VmRSS" in status:
-            rss = status["VmRSS"]
+            rss = status["VmRSS"] * 1024  # kB
         threads.append(ThreadSample(
             tid=tid,
             starttime=stat.starttime,
@@ -98,8 +98,31 @@ def sample_process_threads(
     return threads, rss
 
 
+def read_fields(path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """``Key: value`` fields of a status or io file, looked up directly (these files have ~60 lines and
+    we want 3); values stay in the file's unit. {} when the file is gone."""
+    text = read_small(path)
+    values: dict[str, int] = {}
+    if not text:
+        return values
+    text = "\n" + text
+    for key in keys:
+        at = text.find(f"\n{key}:")
+        if at < 0:
+            continue
+        start = at + len(key) + 2
+        parts = text[start:text.find("\n", start)].split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0])
+    return values
+
+
+_STATUS_KEYS = ("VmRSS", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+_IO_KEYS = ("read_bytes", "write_bytes")
+
+
 def _read_io(procfs: str, pid: int) -> tuple[int, int] | None:
-    io = read_key_values(os.path.join(procfs, str(pid), "io"))
+    io = read_fields(os.path.join(procfs, str(pid), "io"), _IO_KEYS)
     if "read_bytes" not in io or "write_bytes" not in io:
         return None
     return io["read_bytes"], io["write_bytes"]
@@ -130,7 +153,7 @@ def sample_trainer(procfs: str, pid: int, worker_pids: list[int]) -> ProcessSamp
 
 def read_uptime(procfs: str) -> float | None:
     """Seconds since boot: the clock thread start times are measured on."""
-    text = read_text(os.path.join(procfs, "uptime"))
+    text = read_small(os.path.join(procfs, "uptime"))
     try:
         return float(text.split()[0]) if text else None
     except (ValueError, IndexError):

@@ -379,7 +379,7 @@ def test_live_cpu_goes_to_the_burning_roles(tmp_path: Path) -> None:
 
     grown = {role: role_cpu(second, labels, role) - role_cpu(first, labels, role)
              for role in ("main", "data_worker", "pin_memory")}
-    assert grown["data_worker"] > 0.5 and grown["pin_memory"] > 0.5, grown
+    assert grown["data_worker"] > 0.1 and grown["pin_memory"] > 0.1, grown
     assert grown["main"] < 0.25 * min(grown["data_worker"], grown["pin_memory"]), grown
     assert value(first, BUSIEST, **labels, role="data_worker") is None, "first sight: no window yet"
 
@@ -389,8 +389,13 @@ def test_live_cpu_goes_to_the_burning_roles(tmp_path: Path) -> None:
     low = (ticks_b0 - ticks_a1) / USER_HZ / (up_b1 - up_a0)
     high = min(1.0, (ticks_b1 - ticks_a0) / USER_HZ / (up_b0 - up_a1))
     assert busiest is not None and low - slack <= busiest <= high + slack, (low, busiest, high)
+    # A spinning thread gets about a core on an idle machine, but CI and development boxes here have 2 cores
+    # shared by parallel test runs (0.21 seen at load 4.4): the bracket above is the exact check; this one
+    # says the burning roles stand far above the idle main thread.
     pin_busiest = value(second, BUSIEST, **labels, role="pin_memory")
-    assert busiest > 0.5 and pin_busiest is not None and pin_busiest > 0.5, (busiest, pin_busiest)
+    main_busiest = value(second, BUSIEST, **labels, role="main")
+    assert pin_busiest is not None and main_busiest is not None
+    assert min(busiest, pin_busiest) > max(0.1, 5 * main_busiest), (busiest, pin_busiest, main_busiest)
     assert value(after_exit, WORKERS, **labels) is None, "series of an exited trainer must go"
 
 

@@ -1,0 +1,252 @@
+"""Scrape cost of bottleneck-exporter next to prometheus-node-exporter and prometheus-process-exporter.
+
+    .venv/bin/python benchmarks/scrape_vs_node_exporter.py [--scrapes 200] [--warmup 5] [--workers 8]
+
+Starts each exporter on a free loopback port, scrapes it ``--scrapes`` times one after the other (one
+keep-alive client, no gzip: our server does not compress, so neither side is asked to), and prints per
+exporter: median and p90 scrape latency seen by the client, CPU seconds the exporter process spent per
+scrape (utime + stime from /proc/PID/stat, difference over all scrapes / scrapes), its RSS after the
+scrapes (VmRSS), and samples and bytes per scrape. Like for like:
+
+  host      bottleneck-exporter with whichever of cpu, memory, pressure, disk, network are registered,
+            against node_exporter with the collectors that read the same files (cpu, stat, loadavg,
+            schedstat; meminfo, vmstat; pressure; diskstats; netdev, netclass, infiniband).
+  training  bottleneck-exporter's training collector against process-exporter following the same
+            stand-in trainer (tests/fixtures/training/burn_roles.py: named pin thread, ``--workers``
+            pt_data_worker children, idle threads) with per-thread-name metrics, smaps off.
+
+Both sides run without their own runtime metrics where they can (process-exporter cannot turn its off).
+Then it times the training collector's discovery in-process: the first scan, which reads every process's
+command line and fd links, and the scans after it, which read one stat file per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from exporter.collectors import REGISTRY  # noqa: E402
+from exporter.training_discovery import Discovery  # noqa: E402
+
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+PROCESS_EXPORTER = "/usr/bin/prometheus-process-exporter"
+# Our host collector -> the node_exporter collectors that read the same files.
+NODE_EQUIVALENTS = {
+    "cpu": ("cpu", "stat", "loadavg", "schedstat"),
+    "memory": ("meminfo", "vmstat"),
+    "pressure": ("pressure",),
+    "disk": ("diskstats",),
+    "network": ("netdev", "netclass", "infiniband"),
+}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class Result:
+    name: str
+    what: str
+    latencies: list[float]
+    cpu_per_scrape: float
+    rss: int
+    samples: int
+    size: int
+
+
+@contextmanager
+def running(cmd: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise SystemExit(f"{proc.args} exited with {proc.returncode}: {err[-2000:]}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/metrics")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{proc.args} did not answer on port {port}")
+
+
+def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, warmup: int) -> Result:
+    with running(cmd) as proc:
+        wait_for(port, proc)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+        def scrape() -> bytes:
+            conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4"})
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise SystemExit(f"{name}: HTTP {response.status}")
+            return body
+
+        for _ in range(warmup):
+            scrape()
+        latencies = []
+        start_cpu = cpu_seconds(proc.pid)
+        body = b""
+        for _ in range(scrapes):
+            t0 = time.perf_counter()
+            body = scrape()
+            latencies.append(time.perf_counter() - t0)
+        used = cpu_seconds(proc.pid) - start_cpu
+        rss = rss_bytes(proc.pid)
+        conn.close()
+    samples = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
+    return Result(name, what, latencies, used / scrapes, rss, samples, len(body))
+
+
+def ours(port: int, collectors: list[str]) -> list[str]:
+    return [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}",
+            "--web.disable-exporter-metrics", "--collector.disable-defaults",
+            *(f"--collector.{name}" for name in collectors)]
+
+
+def print_table(results: list[Result]) -> None:
+    header = (f"{'exporter':<30} {'collectors':<44} {'median ms':>9} {'p90 ms':>7} {'CPU ms/scrape':>13} "
+              f"{'RSS MiB':>7} {'samples':>7} {'bytes':>7}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        lat = sorted(r.latencies)
+        p90 = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
+        print(f"{r.name:<30} {r.what:<44} {statistics.median(lat) * 1e3:>9.2f} {p90 * 1e3:>7.2f} "
+              f"{r.cpu_per_scrape * 1e3:>13.2f} {r.rss / 2**20:>7.1f} {r.samples:>7} {r.size:>7}")
+
+
+def discovery_cost(rounds: int = 20) -> str:
+    processes = sum(1 for name in os.listdir("/proc") if name.isdigit())
+    discovery = Discovery("/proc", own_pid=os.getpid())
+    t0 = time.perf_counter()
+    found = discovery.find()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        discovery.find()
+    later = (time.perf_counter() - t0) / rounds
+    return (f"training discovery over {processes} processes (/proc entries), {len(found)} trainer(s) found: "
+            f"first scan (every cmdline, environ and fd list) {first * 1e3:.1f} ms, "
+            f"later scans (one stat per process; fd lists again only after 30 s) {later * 1e3:.1f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scrapes", type=int, default=200, help="scrapes per exporter (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=5, help="scrapes before measuring (default %(default)s)")
+    parser.add_argument("--workers", type=int, default=8,
+                        help="pt_data_worker children of the stand-in trainer (default %(default)s)")
+    parser.add_argument("--idle-threads", type=int, default=16,
+                        help="extra idle threads in the stand-in trainer (default %(default)s)")
+    args = parser.parse_args()
+
+    print(f"{os.cpu_count()} CPUs, {sum(1 for n in os.listdir('/proc') if n.isdigit())} processes, "
+          f"Python {sys.version.split()[0]}, {args.scrapes} scrapes each after {args.warmup} warm-up\n")
+    results: list[Result] = []
+
+    host = [name for name in NODE_EQUIVALENTS if name in REGISTRY]
+    if host:
+        port = free_port()
+        results.append(measure("bottleneck-exporter", ",".join(host), ours(port, host), port,
+                               args.scrapes, args.warmup))
+        if shutil.which(NODE_EXPORTER):
+            node = [c for name in host for c in NODE_EQUIVALENTS[name]]
+            port = free_port()
+            cmd = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--web.disable-exporter-metrics",
+                   "--collector.disable-defaults", *(f"--collector.{c}" for c in node)]
+            results.append(measure("node_exporter", ",".join(node), cmd, port, args.scrapes, args.warmup))
+        else:
+            print(f"({NODE_EXPORTER} not installed: apt-get install prometheus-node-exporter)")
+
+    if "training" in REGISTRY:
+        with tempfile.TemporaryDirectory() as tmp:
+            script = Path(tmp) / f"bench_trainer_{os.getpid()}.py"
+            shutil.copy(ROOT / "tests" / "fixtures" / "training" / "burn_roles.py", script)
+            trainer = subprocess.Popen(
+                [sys.executable, str(script), "--workers", str(args.workers), "--busy-workers", "0",
+                 "--burn", "0", "--idle-threads", str(args.idle_threads)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                trainer.stdout.readline()  # type: ignore[union-attr]
+                label = f"training (1 trainer, {args.workers} workers)"
+                port = free_port()
+                results.append(measure("bottleneck-exporter", label, ours(port, ["training"]), port,
+                                       args.scrapes, args.warmup))
+                if shutil.which(PROCESS_EXPORTER):
+                    config = Path(tmp) / "process-exporter.yml"
+                    config.write_text(f"process_names:\n  - name: trainer\n    cmdline:\n"
+                                      f"      - '{script.name}'\n")
+                    port = free_port()
+                    cmd = [PROCESS_EXPORTER, f"-web.listen-address=127.0.0.1:{port}", f"-config.path={config}",
+                           "-threads=true", "-children=true", "-gather-smaps=false"]
+                    results.append(measure("process-exporter", "same trainer, per-thread-name", cmd, port,
+                                           args.scrapes, args.warmup))
+                else:
+                    print(f"({PROCESS_EXPORTER} not installed: apt-get install prometheus-process-exporter)")
+                discovery_line = discovery_cost()
+            finally:
+                trainer.stdin.close()  # type: ignore[union-attr]
+                trainer.wait(timeout=10)
+    else:
+        discovery_line = ""
+
+    print_table(results)
+    if discovery_line:
+        print("\n" + discovery_line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
