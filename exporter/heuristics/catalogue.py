@@ -131,11 +131,12 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "above which storage counts as the bottleneck."),
     Parameter("disk_busy_ratio", 0.9, "Share of time a block device is busy (io_time, iostat %util) above "
               "which it counts as saturated."),
-    Parameter("sawtooth_idle_le", "0.1", "Upper bound of the GPU-Util sample bucket counted as idle; must "
+    Parameter("sawtooth_idle_le", "0.05", "Upper bound of the GPU-Util sample bucket counted as idle; must "
               "be one of the gpu collector's bucket bounds, written as it appears in `le`.", "text"),
     Parameter("sawtooth_busy_le", "0.8", "Upper bound of the bucket below which samples are not busy; "
               "samples above it count as busy. Must be a bucket bound of the gpu collector.", "text"),
-    Parameter("sawtooth_idle_share", 0.25, "Share of GPU-Util samples at or near 0% needed for a sawtooth."),
+    Parameter("sawtooth_idle_share", 0.25, "Share of GPU-Util samples at or below 5% (the idle bucket) needed "
+              "for a sawtooth."),
     Parameter("sawtooth_busy_share", 0.25, "Share of GPU-Util samples above 80% needed for a sawtooth; with "
               "the idle share it tells bursts from a flat low line."),
     Parameter("cpu_busy_ratio", 0.9, "Share of all CPU time that is busy (not idle, not iowait) above "
@@ -178,12 +179,10 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "many times the job's median is a straggler."),
     Parameter("network_saturation_ratio", 0.9, "Share of the link speed above which a NIC is saturated."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
-              "stalled (warning)."),
+              "stalled."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
-              "evaluation passes do not count as stalls (warning)."),
-    Parameter("stall_factor_critical", 60, "Step-time multiple for the critical stall alert."),
-    Parameter("stall_min_seconds_critical", 1800, "Minimum silence, in seconds, for the critical stall "
-              "alert."),
+              "evaluation passes do not count as stalls. The push receiver forgets a silent rank after "
+              "--push.job-expiry (10m): keep this plus the alert's for: below it."),
 )
 
 W = "${rate_window}"
@@ -614,8 +613,6 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_train_last_step_timestamp_seconds`, `bottleneck_train_step_duration_seconds`, "
         "`bottleneck_training_process_info`, the other ranks of the job.",
         scope=RANK, unit="s", group="training",
-        tiers=(Tier("warning"), Tier("critical", {"stall_factor": "stall_factor_critical",
-                                                  "stall_min_seconds": "stall_min_seconds_critical"})),
     ),
     Heuristic(
         name="GpuLost",
