@@ -87,9 +87,11 @@ class ExporterProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        out = self.proc.stdout.read() if self.proc.stdout else ""
-        if self.proc.stdout:
-            self.proc.stdout.close()
+        # Idempotent: a test may stop an exporter itself (to restart it) before the fixture does.
+        if self.proc.stdout is None or self.proc.stdout.closed:
+            return ""
+        out = self.proc.stdout.read()
+        self.proc.stdout.close()
         return out
 
 
