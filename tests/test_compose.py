@@ -91,15 +91,29 @@ def test_prometheus_config_passes_promtool_with_the_mounted_rules(tmp_path: Path
     assert host in compose()["services"] and f"{port}:{port}" in compose()["services"][host]["ports"]
 
 
+def file_settings(node: Any, key: str = "") -> list[tuple[str, str]]:
+    """Every ``*_file`` setting in a config tree, as (key, path)."""
+    if isinstance(node, dict):
+        return [found for k, v in node.items() for found in file_settings(v, k)]
+    if isinstance(node, list):
+        return [found for v in node for found in file_settings(v, key)]
+    return [(key, node)] if key.endswith("_file") and isinstance(node, str) else []
+
+
 def test_alertmanager_config_passes_amtool_with_the_mounted_templates(tmp_path: Path) -> None:
     amtool = require_tool("amtool")
     source = host_path("alertmanager", "/etc/alertmanager/alertmanager.yml")
     config = yaml.safe_load(source.read_text())
     templates = config.get("templates", [])
     assert templates, "the Alertmanager config should use template files"
-    # Template globs name container paths: point them at the mounted directory, then let amtool load them.
-    config["templates"] = [str(host_path("alertmanager", pattern)) for pattern in templates]
+    # Template globs are relative to the config file's directory in the container: point them at the mounted
+    # directory, then let amtool load them.
+    config["templates"] = [str(host_path("alertmanager", str(Path("/etc/alertmanager") / pattern)))
+                           for pattern in templates]
     assert all(list(Path(p).parent.glob(Path(p).name)) for p in config["templates"]), config["templates"]
+    # Secrets read from files (webhook URL, SMTP password) must be mounted too, or Alertmanager cannot notify.
+    for key, path in file_settings(config):
+        assert host_path("alertmanager", path).is_file(), f"{key}: {path} is not mounted"
     checked = tmp_path / "alertmanager.yml"
     checked.write_text(yaml.safe_dump(config))
     result = subprocess.run([amtool, "check-config", str(checked)], capture_output=True, text=True, timeout=60)
