@@ -1,0 +1,431 @@
+"""The push receiver: validation, bounds, expiry, sockets and flags. No torch: the daemon never imports it.
+
+Valid datagrams come from the hook's own Session (driven by hand, no model), so the two sides are tested
+against each other rather than against a copy of the schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.config import ConfigError
+from exporter.hook.session import Session
+from exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
+from exporter.hook.transport import Transport
+from exporter.push import settings as push_settings
+from exporter.push.receiver import PushReceiver
+from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
+from exporter.push.store import JobStore
+from exporter.training_registry import TrainingRegistry
+
+
+def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
+    """A datagram exactly as the hook builds it, after ``steps`` steps through every phase."""
+    session = Session(job=job, address="off", samples=1)
+    for _ in range(steps):
+        for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
+            session.mark(phase)
+        session.add_batch(None)
+        session.end_step()
+    if loader:
+        session.loader = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 2,
+                          "persistent_workers": False, "worker_pids": []}
+        session.worker_pids = [os.getpid()]
+    payload = session.payload()
+    session.close()
+    return payload
+
+
+def receiver(max_jobs: int = 8, max_ranks: int = 4, expiry: float = 600.0, clock: Any = time.monotonic,
+             training: TrainingRegistry | None = None) -> PushReceiver:
+    return PushReceiver(JobStore(max_jobs, max_ranks, expiry, clock=clock), training)
+
+
+def sample(rx: PushReceiver, name: str, **labels: str) -> float | None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    return registry.get_sample_value(name, labels)
+
+
+# -- validation -----------------------------------------------------------------------------------------------
+def test_hook_datagram_is_accepted_and_exposed():
+    rx = receiver()
+    payload = hook_payload(steps=3)
+    assert rx.handle(encode(payload))
+    assert sample(rx, "bottleneck_train_steps_total", job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_samples_total", job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_phase_seconds_total", job="job-a", rank="0", phase="step") \
+        == payload["phase_seconds"]["step"]
+    assert sample(rx, "bottleneck_train_step_duration_seconds_count", job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_step_duration_seconds_bucket", job="job-a", rank="0", le="+Inf") == 3
+    assert sample(rx, "bottleneck_train_dataloader_prefetch_factor", job="job-a", rank="0") == 2
+    assert sample(rx, "bottleneck_train_dataloader_pin_memory", job="job-a", rank="0") == 1
+    assert sample(rx, "bottleneck_push_datagrams_total") == 1
+    assert sample(rx, "bottleneck_push_jobs") == 1
+    assert all(sample(rx, "bottleneck_push_rejected_total", reason=r) == 0 for r in REASONS)
+    # No GPU in the datagram: no GPU series rather than zeros.
+    assert sample(rx, "bottleneck_train_gpu_busy_seconds_total", job="job-a", rank="0") is None
+
+
+def _set(path: str, value: Any) -> Any:
+    def mutate(payload: dict[str, Any]) -> None:
+        *parents, key = path.split(".")
+        target = payload
+        for parent in parents:
+            target = target[parent]
+        if value is _DELETE:
+            del target[key]
+        else:
+            target[key] = value
+    return mutate
+
+
+_DELETE = object()
+_BAD = [
+    ("too_large", lambda p: p.update(job="x" * (MAX_DATAGRAM_BYTES + 1))),
+    ("bad_version", _set("v", 2)),
+    ("bad_version", _set("v", "1")),
+    ("bad_schema", _set("steps", _DELETE)),
+    ("bad_schema", _set("surprise", 1)),
+    ("bad_schema", _set("phase_seconds.forward", "0.1")),
+    ("bad_schema", _set("loader.pin_memory", 1)),
+    ("bad_schema", _set("step_buckets", [0, 3])),
+    ("bad_schema", _set("rank", 1.0)),
+    ("bad_number", _set("phase_seconds.data_wait", -0.5)),
+    ("bad_number", _set("samples", 1e400)),
+    ("bad_number", _set("rank", -1)),
+    ("bad_number", _set("steps", 4)),  # buckets no longer add up to steps
+    ("bad_label", _set("job", "")),
+    ("bad_label", _set("job", "a" * 129)),
+    ("bad_label", _set("job", 'bad"quote')),
+    ("bad_label", _set("device", "cuda 0\n")),
+]
+
+
+@pytest.mark.parametrize(("reason", "mutate"), _BAD, ids=[f"{r}-{i}" for i, (r, _) in enumerate(_BAD)])
+def test_malformed_datagram_is_counted_by_reason_and_dropped(reason, mutate):
+    rx = receiver()
+    payload = hook_payload()
+    mutate(payload)
+    assert not rx.handle(json.dumps(payload).encode())
+    assert rx.rejected()[reason] == 1 and sum(rx.rejected().values()) == 1
+    assert rx.store.ranks() == []
+
+
+@pytest.mark.parametrize("raw", [b"", b"\xff\xfe", b"[1,2]", b'{"v": 1', b"NaN", b'{"v": NaN}', b"[" * 100000])
+def test_garbage_is_rejected_not_json_or_bad_version(raw):
+    rx = receiver()
+    assert not rx.handle(raw)
+    assert sum(rx.rejected().values()) == 1
+
+
+def test_nan_inside_a_valid_datagram_is_a_bad_number():
+    rx = receiver()
+    text = encode(hook_payload()).replace(b'"samples":3.0', b'"samples":NaN')
+    assert not rx.handle(text)
+    assert rx.rejected()["bad_number"] == 1
+
+
+def test_older_datagram_of_the_same_process_is_stale():
+    rx = receiver()
+    newer, older = hook_payload(), hook_payload()
+    newer["seq"], older["seq"] = 5, 4
+    assert rx.handle(encode(newer))
+    assert not rx.handle(encode(older))
+    assert rx.rejected()["stale"] == 1
+    # A new process for the same job and rank (a restart) starts its own sequence: accepted.
+    older["pid"] = newer["pid"] + 1
+    assert rx.handle(encode(older))
+
+
+# -- fuzzing -------------------------------------------------------------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+_BASE = hook_payload()
+_PATHS = [k for k in _BASE if not isinstance(_BASE[k], dict)] + \
+    [f"{k}.{sub}" for k in _BASE if isinstance(_BASE[k], dict) for sub in _BASE[k]]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=2 * MAX_DATAGRAM_BYTES))
+def test_fuzzed_bytes_never_crash_the_receiver_and_are_rejected(data):
+    rx = receiver()
+    assert rx.handle(data) is False
+    assert sum(rx.rejected().values()) == 1
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([*_PATHS, "extra", "gpu", "loader"]), json_values | st.just(_DELETE)),
+                min_size=1, max_size=4))
+def test_fuzzed_datagrams_never_crash_the_receiver_and_every_one_is_counted(mutations):
+    rx = receiver()
+    payload = json.loads(json.dumps(_BASE))
+    for path, new in mutations:
+        try:
+            _set(path, new)(payload)
+        except (KeyError, TypeError):
+            continue
+    accepted = rx.handle(json.dumps(payload, allow_nan=True).encode())
+    rejected = sum(rx.rejected().values())
+    assert accepted + rejected == 1
+    # Whatever was accepted must still render as a valid scrape with finite, non-negative values.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    text = generate_latest(registry).decode()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            number = float(line.rsplit(" ", 1)[1])
+            assert math.isfinite(number) and number >= 0, line
+
+
+# -- bounds and expiry -------------------------------------------------------------------------------------------
+def test_a_flood_of_distinct_job_names_keeps_memory_bounded():
+    rx = receiver(max_jobs=8)
+    template = hook_payload()
+
+    def flood(start: int, count: int) -> None:
+        for index in range(start, start + count):
+            template["job"] = f"job-{index}"
+            rx.handle(encode(template))
+
+    flood(0, 500)
+    tracemalloc.start()
+    gc.collect()  # measure what survives garbage collection, not garbage awaiting it
+    before = tracemalloc.take_snapshot()
+    flood(500, 5000)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    growth = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    assert rx.store.job_count() == 8
+    assert rx.rejected()["too_many_jobs"] == 5500 - 8
+    assert sample(rx, "bottleneck_push_jobs") == 8
+    assert sample(rx, "bottleneck_push_rejected_total", reason="too_many_jobs") == 5492
+    # 5000 refused jobs leave (next to) nothing behind: far less than one stored snapshot per job would take.
+    assert growth < 64 * 1024, growth
+
+
+def test_ranks_per_job_are_bounded():
+    rx = receiver(max_ranks=4)
+    payload = hook_payload()
+    for rank in range(100):
+        payload["rank"] = rank
+        rx.handle(encode(payload))
+    assert len(rx.store.ranks()) == 4
+    assert rx.rejected()["too_many_ranks"] == 96
+
+
+def test_silent_job_expires_and_its_process_is_forgotten():
+    now = [1000.0]
+    training = TrainingRegistry()
+    rx = receiver(expiry=60.0, clock=lambda: now[0], training=training)
+    assert rx.handle(encode(hook_payload(job="old")))
+    assert [p.job for p in training.processes()] == ["old"]
+    assert training.processes()[0].worker_pids == (os.getpid(),)
+    now[0] += 30
+    assert rx.handle(encode(hook_payload(job="fresh")))
+    now[0] += 31
+    rx._expire()
+    assert [s.snapshot.job for s in rx.store.ranks()] == ["fresh"]
+    assert sample(rx, "bottleneck_train_steps_total", job="old", rank="0") is None
+    # Both datagrams came from this PID; the registry keeps one entry per PID and it was the expired job's.
+    assert training.processes() == []
+
+
+# -- sockets ------------------------------------------------------------------------------------------------------
+def wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_unix_socket_has_tight_permissions_and_kernel_reported_sender(tmp_path):
+    training = TrainingRegistry()
+    rx = receiver(training=training)
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+        assert Transport(f"unix://{path}").send(encode(hook_payload(job="via-socket")))
+        wait_for(lambda: rx.store.ranks(), "the datagram")
+        state = rx.store.ranks()[0]
+        assert state.pid == os.getpid() and state.same_pid_namespace
+        assert training.processes()[0].pid == os.getpid()
+    finally:
+        rx.stop()
+    assert not os.path.exists(path)
+
+
+def test_loopback_udp_receives(tmp_path):
+    rx = receiver()
+    rx.bind_udp("127.0.0.1", 0)
+    rx.start()
+    try:
+        host, port = rx.udp_address  # type: ignore[misc]
+        assert Transport(f"udp://{host}:{port}").send(encode(hook_payload(job="via-udp")))
+        wait_for(lambda: rx.store.ranks(), "the UDP datagram")
+    finally:
+        rx.stop()
+
+
+def test_stale_socket_file_is_replaced_but_live_socket_and_other_files_are_not(tmp_path):
+    path = str(tmp_path / "push.sock")
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    leftover.bind(path)
+    leftover.close()  # the file stays, like after a SIGKILLed exporter
+    rx = receiver()
+    rx.bind_unix(path)
+    with pytest.raises(OSError, match="in use"):
+        receiver().bind_unix(path)
+    rx.stop()
+    Path(path).write_text("not a socket")
+    with pytest.raises(FileExistsError):
+        receiver().bind_unix(path)
+    assert Path(path).read_text() == "not a socket"
+
+
+def test_oversized_datagram_on_the_socket_is_too_large(tmp_path):
+    rx = receiver()
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    try:
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.sendto(b"{" + b" " * (4 * MAX_DATAGRAM_BYTES) + b"}", path)
+        sender.close()
+        wait_for(lambda: rx.rejected()["too_large"] == 1, "the rejection")
+    finally:
+        rx.stop()
+
+
+# -- flags and config -----------------------------------------------------------------------------------------------
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    push_settings.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_settings_precedence_default_file_flag():
+    conf = push_settings.settings(parse([]), {})
+    assert (conf["socket"], conf["socket-mode"], conf["max-jobs"], conf["job-expiry"]) == \
+        ("/run/bottleneck-exporter/push.sock", 0o660, 32, 600.0)
+    assert conf["listen-udp"] is None and not conf["disable"] and not conf["socket_given"]
+    from_file = {"push": {"max-jobs": 5, "job-expiry": "90s", "socket-mode": 0o600, "listen-udp": "[::1]:9999"}}
+    conf = push_settings.settings(parse(["--push.max-jobs=7"]), from_file)
+    assert (conf["max-jobs"], conf["job-expiry"], conf["socket-mode"], conf["listen-udp"]) == \
+        (7, 90.0, 0o600, ("::1", 9999))
+
+
+@pytest.mark.parametrize(("argv", "file_config", "message"), [
+    (["--push.max-jobs=0"], {}, "--push.max-jobs: expected a positive whole number"),
+    (["--push.job-expiry=10x"], {}, "--push.job-expiry: expected a duration"),
+    (["--push.socket-mode=999"], {}, "--push.socket-mode: expected octal permission bits"),
+    (["--push.socket=relative.sock"], {}, "--push.socket: expected an absolute path"),
+    (["--push.listen-udp=nohost"], {}, "--push.listen-udp: expected HOST:PORT"),
+    (["--push.listen-udp=0.0.0.0:9999"], {}, "--push.listen-udp: 0.0.0.0 is not a loopback address"),
+    ([], {"push": {"bogus": 1}}, "push.bogus: unknown setting"),
+    ([], {"push": {"max-ranks-per-job": "many"}}, "push.max-ranks-per-job: expected a whole number"),
+    ([], {"push": ["socket"]}, "push: must be a mapping"),
+])
+def test_bad_push_settings_name_the_key(argv, file_config, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        push_settings.settings(parse(argv), file_config)
+
+
+def test_non_loopback_udp_is_allowed_only_when_forced():
+    conf = push_settings.settings(parse(["--push.listen-udp=0.0.0.0:9999", "--push.allow-non-loopback"]), {})
+    assert conf["listen-udp"] == ("0.0.0.0", 9999)
+
+
+def test_default_socket_directory_unusable_falls_back_with_one_log_line(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    fallback = tmp_path / "fallback" / "push.sock"
+    monkeypatch.setattr(push_settings, "socket_candidates", lambda: [str(blocker / "push.sock"), str(fallback)])
+    with caplog.at_level(logging.INFO, logger="exporter.push"):
+        rx = push_settings.build_receiver(parse([]), {}, TrainingRegistry())
+    assert rx is not None and rx.unix_path == str(fallback)
+    assert stat.S_IMODE(os.stat(fallback.parent).st_mode) == 0o700
+    rx.stop()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and str(fallback) in lines[0], lines
+
+
+def test_no_usable_socket_means_no_receiver_and_one_error(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setattr(push_settings, "socket_candidates", lambda: [str(blocker / "a.sock"), str(blocker / "b.sock")])
+    with caplog.at_level(logging.INFO, logger="exporter.push"):
+        assert push_settings.build_receiver(parse([]), {}, TrainingRegistry()) is None
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "running without the Unix push receiver" in errors[0].getMessage()
+
+
+def test_fallback_directory_open_to_others_is_refused(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # what another user could have pre-created in /tmp
+    monkeypatch.setattr(push_settings, "socket_candidates",
+                        lambda: [str(blocker / "push.sock"), str(shared / "push.sock")])
+    assert push_settings.build_receiver(parse([]), {}, TrainingRegistry()) is None
+    assert not (shared / "push.sock").exists()
+
+
+def test_disable_flag_means_no_receiver():
+    assert push_settings.build_receiver(parse(["--push.disable"]), {}, TrainingRegistry()) is None
+
+
+# -- the real exporter process ---------------------------------------------------------------------------------------
+@pytest.mark.live
+def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_path):
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter(["--collector.disable-defaults", f"--push.socket={sock}"])
+    assert Transport(f"unix://{sock}").send(encode(hook_payload(job="e2e", steps=4)))
+    assert Transport(f"unix://{sock}").send(b"garbage")
+
+    def scraped() -> str:
+        text = exporter.scrape()
+        return text if 'bottleneck_train_steps_total{job="e2e",rank="0"} 4.0' in text else ""
+
+    wait_for(scraped, "the pushed steps in a scrape")
+    assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in exporter.scrape()
+
+    refused = subprocess.run([sys.executable, "-m", "exporter", "--web.listen-address=127.0.0.1:0",
+                              "--push.listen-udp=192.0.2.1:9999"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "--push.listen-udp: 192.0.2.1 is not a loopback address" in refused.stderr
+
+
+def test_step_buckets_match_between_hook_and_receiver():
+    payload = hook_payload(steps=5)
+    assert len(payload["step_buckets"]) == len(STEP_BUCKETS) + 1
+    assert validate(encode(payload)).steps == 5
