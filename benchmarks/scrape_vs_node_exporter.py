@@ -86,6 +86,7 @@ class Result:
     rss: int
     samples: int
     size: int
+    body: str
 
 
 @contextmanager
@@ -107,7 +108,7 @@ def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) ->
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise SystemExit(f"{proc.args} exited with {proc.returncode}: {err[-2000:]}")
+            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}: {err[-2000:]}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/metrics")
@@ -117,7 +118,7 @@ def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) ->
         except OSError:
             pass
         time.sleep(0.1)
-    raise SystemExit(f"{proc.args} did not answer on port {port}")
+    raise SystemExit(f"{proc.args!r} did not answer on port {port}")
 
 
 def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, warmup: int) -> Result:
@@ -145,8 +146,9 @@ def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, warmu
         used = cpu_seconds(proc.pid) - start_cpu
         rss = rss_bytes(proc.pid)
         conn.close()
-    samples = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
-    return Result(name, what, latencies, used / scrapes, rss, samples, len(body))
+    text = body.decode()
+    samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    return Result(name, what, latencies, used / scrapes, rss, samples, len(body), text)
 
 
 def ours(port: int, collectors: list[str]) -> list[str]:
@@ -156,15 +158,18 @@ def ours(port: int, collectors: list[str]) -> list[str]:
 
 
 def print_table(results: list[Result]) -> None:
-    header = (f"{'exporter':<30} {'collectors':<44} {'median ms':>9} {'p90 ms':>7} {'CPU ms/scrape':>13} "
+    header = (f"{'':<3} {'exporter':<20} {'median ms':>9} {'p90 ms':>7} {'CPU ms/scrape':>13} "
               f"{'RSS MiB':>7} {'samples':>7} {'bytes':>7}")
     print(header)
     print("-" * len(header))
-    for r in results:
+    for index, r in enumerate(results, start=1):
         lat = sorted(r.latencies)
         p90 = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
-        print(f"{r.name:<30} {r.what:<44} {statistics.median(lat) * 1e3:>9.2f} {p90 * 1e3:>7.2f} "
+        print(f"{f'[{index}]':<3} {r.name:<20} {statistics.median(lat) * 1e3:>9.2f} {p90 * 1e3:>7.2f} "
               f"{r.cpu_per_scrape * 1e3:>13.2f} {r.rss / 2**20:>7.1f} {r.samples:>7} {r.size:>7}")
+    print()
+    for index, r in enumerate(results, start=1):
+        print(f"[{index}] {r.what}")
 
 
 def discovery_cost(rounds: int = 20) -> str:
@@ -199,14 +204,15 @@ def main() -> int:
     host = [name for name in NODE_EQUIVALENTS if name in REGISTRY]
     if host:
         port = free_port()
-        results.append(measure("bottleneck-exporter", ",".join(host), ours(port, host), port,
-                               args.scrapes, args.warmup))
+        results.append(measure("bottleneck-exporter", "host collectors: " + ",".join(host), ours(port, host),
+                               port, args.scrapes, args.warmup))
         if shutil.which(NODE_EXPORTER):
             node = [c for name in host for c in NODE_EQUIVALENTS[name]]
             port = free_port()
             cmd = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--web.disable-exporter-metrics",
                    "--collector.disable-defaults", *(f"--collector.{c}" for c in node)]
-            results.append(measure("node_exporter", ",".join(node), cmd, port, args.scrapes, args.warmup))
+            results.append(measure("node_exporter", "node_exporter collectors: " + ",".join(node), cmd, port,
+                                   args.scrapes, args.warmup))
         else:
             print(f"({NODE_EXPORTER} not installed: apt-get install prometheus-node-exporter)")
 
@@ -220,10 +226,13 @@ def main() -> int:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             try:
                 trainer.stdout.readline()  # type: ignore[union-attr]
-                label = f"training (1 trainer, {args.workers} workers)"
                 port = free_port()
-                results.append(measure("bottleneck-exporter", label, ours(port, ["training"]), port,
-                                       args.scrapes, args.warmup))
+                result = measure("bottleneck-exporter", "", ours(port, ["training"]), port, args.scrapes,
+                                 args.warmup)
+                trainers = result.body.count("bottleneck_training_process_info{")
+                result.what = (f"training collector; {trainers} trainer(s) on the node, among them the "
+                               f"stand-in with {args.workers} workers and {args.idle_threads + 2} threads")
+                results.append(result)
                 if shutil.which(PROCESS_EXPORTER):
                     config = Path(tmp) / "process-exporter.yml"
                     config.write_text(f"process_names:\n  - name: trainer\n    cmdline:\n"
@@ -231,8 +240,9 @@ def main() -> int:
                     port = free_port()
                     cmd = [PROCESS_EXPORTER, f"-web.listen-address=127.0.0.1:{port}", f"-config.path={config}",
                            "-threads=true", "-children=true", "-gather-smaps=false"]
-                    results.append(measure("process-exporter", "same trainer, per-thread-name", cmd, port,
-                                           args.scrapes, args.warmup))
+                    results.append(measure("process-exporter", "process-exporter following the stand-in "
+                                           "trainer and its children, -threads=true, -gather-smaps=false", cmd,
+                                           port, args.scrapes, args.warmup))
                 else:
                     print(f"({PROCESS_EXPORTER} not installed: apt-get install prometheus-process-exporter)")
                 discovery_line = discovery_cost()
