@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,14 +60,20 @@ class ExporterProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # Output goes to a file, not a pipe: a pipe nobody drains would block a chatty exporter.
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"exporter exited {self.proc.returncode}: {self.proc.stdout.read()}")  # type: ignore[union-attr]
+                raise AssertionError(f"exporter exited {self.proc.returncode}: {self.output()}")
             try:
                 if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
                     return
@@ -88,11 +95,7 @@ class ExporterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         # Idempotent: a test may stop an exporter itself (to restart it) before the fixture does.
-        if self.proc.stdout is None or self.proc.stdout.closed:
-            return ""
-        out = self.proc.stdout.read()
-        self.proc.stdout.close()
-        return out
+        return self.output()
 
 
 @pytest.fixture

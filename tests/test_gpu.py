@@ -298,7 +298,7 @@ def test_cli_serves_a_replayed_profile(start_exporter) -> None:
 def test_cli_refuses_an_unreadable_profile(start_exporter) -> None:
     exporter = start_exporter(["--collector.gpu.profile=/nonexistent/gpu.yaml"], wait=False)
     assert exporter.proc.wait(timeout=30) == 2
-    assert "gpu profile /nonexistent/gpu.yaml: cannot read" in exporter.proc.stdout.read()
+    assert "gpu profile /nonexistent/gpu.yaml: cannot read" in exporter.output()
 
 
 def test_nvml_backend_calls_only_what_the_installed_pynvml_provides() -> None:
