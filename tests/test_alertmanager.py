@@ -248,7 +248,8 @@ def test_real_alertmanager_routes_inhibits_and_renders_to_slack_and_email(
         input_bound = [t for t in texts if t.startswith("[FIRING:1] BottleneckInputBound")]
         assert len(input_bound) == 1 and "node-a" in input_bound[0] and "node-b" not in input_bound[0]
         assert "*Verdict:* input-bound (data loading) (warning) on node-a job resnet50 rank 3" in input_bound[0]
-        assert "*Evidence:* Rank 3 of job resnet50 on node-a waits for the next batch 82% of every step" in input_bound[0]
+        evidence = "*Evidence:* Rank 3 of job resnet50 on node-a waits for the next batch 82% of every step"
+        assert evidence in input_bound[0]
         assert "*Advice:* Raise DataLoader num_workers" in input_bound[0]
         memory = [t for t in texts if t.startswith("[FIRING:1] BottleneckMemoryPressure")]
         assert len(memory) == 1 and "(critical)" in memory[0] and "(warning)" not in memory[0]
