@@ -172,7 +172,7 @@ class SmtpSink(socketserver.ThreadingTCPServer):
                         while (data := self.rfile.readline()) not in (b".\r\n", b".\n", b""):
                             lines.append(data[1:] if data.startswith(b"..") else data)
                         message = email.message_from_bytes(b"".join(lines), policy=email.policy.default)
-                        sink.messages.append(message)  # type: ignore[arg-type]
+                        sink.messages.append(message)
                         self.reply("250 queued")
                     elif verb == "QUIT":
                         self.reply("221 bye")
