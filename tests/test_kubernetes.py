@@ -19,6 +19,7 @@ import requests
 import yaml
 
 from exporter.cli import build_parser
+from exporter.web import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -178,7 +179,8 @@ def exporter_args() -> list[str]:
 def test_daemonset_args_are_exporter_flags() -> None:
     args = build_parser().parse_args(exporter_args())
     assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
-    assert args.listen_address.endswith(":9847")
+    # The node's IP is substituted by Kubernetes; IPv6 nodes need the brackets.
+    assert parse_listen_address(args.listen_address) == ("127.0.0.1", 9847)
 
 
 def test_service_and_monitor_point_at_the_metrics_port() -> None:
