@@ -429,3 +429,20 @@ def test_step_buckets_match_between_hook_and_receiver():
     payload = hook_payload(steps=5)
     assert len(payload["step_buckets"]) == len(STEP_BUCKETS) + 1
     assert validate(encode(payload)).steps == 5
+
+
+def test_hook_package_imports_and_runs_without_torch_lightning_or_transformers(tmp_path):
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'pytorch_lightning', 'lightning', 'transformers'):\n"
+        "    sys.modules[name] = None  # any import of them now raises ImportError\n"
+        "import exporter.hook, exporter.push\n"
+        "from exporter.hook import instrument\n"
+        f"loader = instrument([[1, 2], [3, 4]], address='unix://{tmp_path}/absent.sock')\n"
+        "assert [b for b in loader] == [[1, 2], [3, 4]]\n"
+        "assert loader.bottleneck_session.clock.steps == 2\n"
+        "assert not any(m in sys.modules and sys.modules[m] for m in ('torch', 'prometheus_client', 'yaml'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr

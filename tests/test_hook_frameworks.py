@@ -1,0 +1,126 @@
+"""The Lightning callback and the Hugging Face TrainerCallback report the same phases on the same tiny run.
+
+Both frameworks are real (the ``frameworks`` extra); each run pushes to a real receiver on a Unix socket.
+The dataset sleeps in ``__getitem__`` so data wait must dominate; gradient accumulation checks that one
+step is one optimizer step in both.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+from torch.utils.data import DataLoader, Dataset
+
+from exporter.push.receiver import PushReceiver
+from exporter.push.store import JobStore
+
+pytestmark = pytest.mark.torch
+
+ITEMS, BATCH, ACCUMULATE, EPOCHS = 24, 4, 2, 2
+PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
+
+
+class SleepyDataset(Dataset):
+    def __len__(self) -> int:
+        return ITEMS
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        time.sleep(0.01)  # slow storage
+        g = torch.Generator().manual_seed(index)
+        return {"x": torch.randn(8, generator=g), "labels": torch.randn(1, generator=g)}
+
+
+def run_lightning(address: str) -> None:
+    import pytorch_lightning as pl
+
+    from exporter.hook.lightning import BottleneckCallback
+
+    class Regression(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.layer(batch["x"]), batch["labels"])
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = pl.Trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, accelerator="cpu",
+                         callbacks=[BottleneckCallback(job="lightning", address=address)], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Regression(), DataLoader(SleepyDataset(), batch_size=BATCH))
+
+
+def run_huggingface(address: str, output: Path) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    from exporter.hook.huggingface import BottleneckCallback
+
+    class Regression(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            out = self.layer(x)
+            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+    args = TrainingArguments(output_dir=str(output), num_train_epochs=EPOCHS, per_device_train_batch_size=BATCH,
+                             gradient_accumulation_steps=ACCUMULATE, dataloader_num_workers=0, use_cpu=True,
+                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    Trainer(model=Regression(), args=args, train_dataset=SleepyDataset(),
+            callbacks=[BottleneckCallback(job="huggingface", address=address)]).train()
+
+
+@pytest.fixture
+def push_receiver(tmp_path: Path) -> Any:
+    rx = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    rx.bind_unix(str(tmp_path / "push.sock"))
+    rx.start()
+    yield rx
+    rx.stop()
+
+
+def reported(rx: PushReceiver, job: str) -> dict[str, float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the last datagram may still be in the socket
+        steps = registry.get_sample_value("bottleneck_train_steps_total", {"job": job, "rank": "0"})
+        if steps == ITEMS // BATCH // ACCUMULATE * EPOCHS:
+            break
+        time.sleep(0.05)
+    out = {phase: registry.get_sample_value("bottleneck_train_phase_seconds_total",
+                                            {"job": job, "rank": "0", "phase": phase}) for phase in PHASES}
+    for name in ("steps", "samples"):
+        out[name] = registry.get_sample_value(f"bottleneck_train_{name}_total", {"job": job, "rank": "0"})
+    out["batch_size"] = registry.get_sample_value("bottleneck_train_dataloader_batch_size",
+                                                  {"job": job, "rank": "0"})
+    return out  # type: ignore[return-value]
+
+
+def test_lightning_and_huggingface_callbacks_report_the_same_phases(push_receiver, tmp_path):
+    address = f"unix://{push_receiver.unix_path}"
+    run_lightning(address)
+    run_huggingface(address, tmp_path / "hf")
+    lightning, huggingface = reported(push_receiver, "lightning"), reported(push_receiver, "huggingface")
+
+    for result in (lightning, huggingface):
+        # 24 items / batch 4 = 6 batches per epoch, 2 per optimizer step: 3 steps per epoch, 2 epochs.
+        assert result["steps"] == 6
+        assert result["samples"] == ITEMS * EPOCHS
+        assert result["batch_size"] == BATCH
+        assert all(result[phase] > 0 for phase in PHASES), result
+        parts = sum(result[phase] for phase in ("data_wait", "forward", "backward", "optimizer"))
+        assert parts <= result["step"] * 1.0001, result
+        # 40 ms of sleeping per batch against a one-layer model: both see a data-bound run.
+        assert result["data_wait"] / result["step"] > 0.6, result
+        # Each run sleeps 2 epochs x 24 items x 10 ms = 0.48 s inside the loader: a lower bound of data wait.
+        assert result["data_wait"] >= 0.48, result
+    assert 0.5 < lightning["data_wait"] / huggingface["data_wait"] < 2, (lightning, huggingface)
