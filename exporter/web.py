@@ -6,6 +6,7 @@ in the connection's own thread for the same reason.
 
 from __future__ import annotations
 
+import gzip
 import html
 import logging
 import socket
@@ -92,7 +93,11 @@ def serve(
                 return None
             if path == telemetry_path:
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                return self._send(200, encoder(registry), content_type)
+                body = encoder(registry)
+                # Prometheus asks for gzip; a full scrape shrinks ~8x, which matters on a busy node's NIC.
+                if "gzip" in self.headers.get("Accept-Encoding", ""):
+                    return self._send(200, gzip.compress(body, compresslevel=1), content_type, gzipped=True)
+                return self._send(200, body, content_type)
             if path == "/":
                 return self._send(200, _landing_page(telemetry_path), "text/html; charset=utf-8")
             return self._send(404, b"Not found.\n", "text/plain; charset=utf-8")
@@ -101,9 +106,11 @@ def serve(
             for key, value in web.headers.items():
                 self.send_header(key, value)
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
+        def _send(self, status: int, body: bytes, content_type: str, gzipped: bool = False) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
             self._extra_headers()
             self.end_headers()

@@ -74,6 +74,15 @@ def test_openmetrics_negotiated_when_asked(start_exporter) -> None:
     assert response.text.rstrip().endswith("# EOF")
 
 
+def test_gzip_when_the_scraper_asks_for_it(start_exporter) -> None:
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory"])
+    zipped = requests.get(exporter.url + "/metrics", timeout=5, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers.get("Content-Encoding") == "gzip"
+    assert "bottleneck_memory_total_bytes" in zipped.text  # requests decompresses transparently
+    plain = requests.get(exporter.url + "/metrics", timeout=5, headers={"Accept-Encoding": "identity"})
+    assert "Content-Encoding" not in plain.headers and "bottleneck_memory_total_bytes" in plain.text
+
+
 def test_basic_auth_right_credentials_200_none_or_wrong_401(start_exporter, tmp_path: Path) -> None:
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
     config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
