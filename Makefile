@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools run test lint golden generate
+.PHONY: venv tools run test lint golden generate bench
 
 # The exporter alone: no torch.
 $(VENV)/.runtime: pyproject.toml
@@ -38,3 +38,8 @@ lint: venv
 # Regenerate the golden scrapes after an intended change; review them as a diff.
 golden: venv
 	$(PY) -m pytest -q -m golden --update-golden
+
+# Side-by-side measurements (scrape cost vs node_exporter/process-exporter, hook overhead per step).
+bench: venv tools
+	$(PY) benchmarks/scrape_vs_node_exporter.py
+	$(PY) benchmarks/hook_overhead.py
