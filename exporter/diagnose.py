@@ -1,0 +1,459 @@
+"""``bottleneck-exporter diagnose``: the catalogue's verdicts, with evidence and advice, in a terminal.
+
+Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
+
+* ``--prometheus.url URL``: runs every alert expression as an instant query against a Prometheus that
+  scrapes the exporters (recording rules spelled out, so our rule files need not be installed; ``for:`` is
+  ignored, the ALERTS series tells which verdicts are already firing).
+* standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
+  ``--exporter.url``, else the collectors and the push receiver in this process, so a training run
+  instrumented with the hook is seen), then evaluates the same expressions over the samples with the
+  Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window.
+
+Exit status: 0 no critical verdict, 1 at least one critical verdict, 2 usage or configuration error,
+3 Prometheus or the exporter could not be reached (or every query failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import socket
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
+
+from exporter.heuristics import gotemplate
+from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, resolve
+from exporter.heuristics.generate import parse_sets
+from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse
+
+EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
+SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+# What each family tells; shown when it is absent, because the rules that need it cannot fire then.
+DATA_HINTS = (
+    ("bottleneck_train_steps_total", "training telemetry: no process instrumented with the hook pushed to "
+                                     "the exporter (docs/hook.md)"),
+    ("bottleneck_gpu_up", "GPU metrics: no NVML GPU (or the gpu collector is off)"),
+    ("bottleneck_training_process_info", "training processes: none found on the node(s)"),
+    ("bottleneck_cpu_seconds_total", "host CPU metrics (the cpu collector is off?)"),
+)
+
+
+class Unreachable(Exception):
+    """Prometheus or the exporter did not answer."""
+
+
+@dataclasses.dataclass
+class Finding:
+    rule: AlertRule
+    labels: dict[str, str]
+    value: float
+    state: str | None = None  # firing / pending per Prometheus' ALERTS; None standalone
+
+    @property
+    def evidence(self) -> str:
+        return gotemplate.render(self.rule.description, self.labels, self.value)
+
+    @property
+    def subject(self) -> str:
+        """Where the verdict belongs: a training job for per-rank and per-job verdicts, else a node."""
+        if "job" in self.rule.heuristic.scope and ("rank" in self.rule.heuristic.scope
+                                                   or self.rule.heuristic.scope == ("job",)):
+            return f"job {self.labels.get('job', '?')}"
+        return f"node {self.labels.get('instance', '?')}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "alert": self.rule.alert, "heuristic": self.rule.heuristic.name, "verdict": self.rule.heuristic.verdict,
+            "severity": self.rule.severity, "subject": self.subject, "labels": self.labels,
+            "value": None if math.isnan(self.value) else self.value, "unit": self.rule.heuristic.unit,
+            "evidence": self.evidence, "advice": self.rule.advice, "runbook_url": self.rule.runbook_url,
+            "state": self.state,
+        }
+
+
+@dataclasses.dataclass
+class Report:
+    source: str  # prometheus | exporter | in-process
+    target: str
+    evaluated_at: float
+    rules: int
+    findings: list[Finding]
+    errors: list[tuple[str, str]]  # (alert, message)
+    missing: list[str]
+    window_seconds: float | None = None
+
+    @property
+    def critical(self) -> bool:
+        return any(f.rule.severity == "critical" for f in self.findings)
+
+
+def _sorted(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.subject, SEVERITY_RANK[f.rule.severity], f.rule.alert,
+                                           sorted(f.labels.items())))
+
+
+# ---------------------------------------------------------------------------------------------- Prometheus
+
+
+class PrometheusClient:
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; raises Unreachable when Prometheus does not answer, PromQLError for a bad query."""
+        params = urllib.parse.urlencode({"query": expr})
+        request = urllib.request.Request(f"{self.url}/api/v1/query", data=params.encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as err:
+            try:
+                body = json.load(err)
+            except (ValueError, OSError):
+                raise Unreachable(f"{self.url}: HTTP {err.code} {err.reason}") from None
+            if err.code >= 500 and body.get("errorType") not in ("execution", "timeout"):
+                raise Unreachable(f"{self.url}: HTTP {err.code}: {body.get('error')}") from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise Unreachable(f"{self.url}: {getattr(err, 'reason', err)}") from None
+        if body.get("status") != "success":
+            raise PromQLError(f"{body.get('errorType')}: {body.get('error')}")
+        data = body.get("data", {})
+        if data.get("resultType") != "vector":
+            raise PromQLError(f"expected a vector, got {data.get('resultType')}")
+        return list(data.get("result", []))
+
+
+def _labels(metric: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in metric.items() if k != "__name__"}
+
+
+def diagnose_prometheus(catalogue: Catalogue, client: PrometheusClient) -> Report:
+    findings: list[Finding] = []
+    errors: list[tuple[str, str]] = []
+    for rule in catalogue.alerts:
+        try:
+            result = client.query(rule.inline_expr)
+        except PromQLError as err:
+            errors.append((rule.alert, str(err)))
+            continue
+        for sample in result:
+            findings.append(Finding(rule, _labels(sample["metric"]), float(sample["value"][1])))
+    if len(errors) == len(catalogue.alerts):
+        raise Unreachable(f"{client.url}: every query failed, first: {errors[0][1]}")
+    states: dict[tuple, str] = {}
+    try:
+        for sample in client.query('ALERTS{alertname=~"Bottleneck.+"}'):
+            labels = _labels(sample["metric"])
+            state = labels.pop("alertstate", "")
+            states[tuple(sorted(labels.items()))] = state
+    except PromQLError as err:
+        errors.append(("ALERTS", str(err)))
+    for finding in findings:
+        key = {**finding.labels, "alertname": finding.rule.alert, "severity": finding.rule.severity}
+        finding.state = states.get(tuple(sorted(key.items())))
+    missing = []
+    for family, hint in DATA_HINTS:
+        try:
+            if not client.query(f"count({family})"):
+                missing.append(hint)
+        except PromQLError:
+            pass
+    return Report("prometheus", client.url, time.time(), len(catalogue.alerts), _sorted(findings), errors, missing)
+
+
+# ---------------------------------------------------------------------------------------------- standalone
+
+Sample = tuple[str, dict[str, str], float]
+
+
+class ScrapeSource:
+    """Samples a running exporter over HTTP (it owns the push socket, so it sees the training runs)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url if urllib.parse.urlparse(url).path not in ("", "/") else url.rstrip("/") + "/metrics"
+        self.timeout = timeout
+
+    def describe(self) -> str:
+        return f"the exporter at {self.url}"
+
+    def start(self) -> None:
+        self.samples()
+
+    def stop(self) -> None:
+        pass
+
+    def samples(self) -> list[Sample]:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+                text = response.read().decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError) as err:
+            raise Unreachable(f"{self.url}: {getattr(err, 'reason', err)}") from None
+        return [(s.name, dict(s.labels), float(s.value))
+                for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+class InProcessSource:
+    """The collectors and the push receiver, run inside this process (no exporter running on the node)."""
+
+    def __init__(self, exporter_args: Sequence[str]) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from exporter.cli import build_collectors, build_parser
+        from exporter.config import load_yaml
+        from exporter.orchestrator import Orchestrator
+        from exporter.push import build_receiver
+        from exporter.training_registry import TrainingRegistry
+
+        args = build_parser().parse_args(list(exporter_args))
+        file_config = load_yaml(args.config_file) if args.config_file else {}
+        training = TrainingRegistry()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(Orchestrator(build_collectors(args, file_config, training)))
+        self.receiver = build_receiver(args, file_config, training)
+        if self.receiver is not None:
+            self.registry.register(self.receiver)
+
+    def describe(self) -> str:
+        return "this node (collectors and push receiver in this process)"
+
+    def start(self) -> None:
+        if self.receiver is not None:
+            self.receiver.start()
+
+    def stop(self) -> None:
+        if self.receiver is not None:
+            self.receiver.stop()
+
+    def samples(self) -> list[Sample]:
+        return [(s.name, dict(s.labels), float(s.value)) for family in self.registry.collect() for s in family.samples]
+
+
+def sample(source: ScrapeSource | InProcessSource, window: float, interval: float, instance: str,
+           progress: Callable[[float, float], None], clock: Callable[[], float] = time.time,
+           sleep: Callable[[float], None] = time.sleep) -> tuple[SeriesStore, float, float]:
+    """Sample ``source`` every ``interval`` seconds for ``window`` seconds; returns (store, first, last)."""
+    points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    first = last = clock()
+    end = first + window
+    while True:
+        now = clock()
+        for name, labels, value in source.samples():
+            if not math.isfinite(value) and not math.isnan(value):
+                continue
+            key = tuple(sorted({**labels, "instance": instance, "__name__": name}.items()))
+            points.setdefault(key, []).append((now, value))
+        last = now
+        progress(now - first, window)
+        if now >= end:
+            break
+        sleep(max(0.0, min(interval, end - clock())))
+    store = SeriesStore()
+    for key, series in points.items():
+        store.add(dict(key), series)
+    return store, first, last
+
+
+def diagnose_store(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple[list[Finding], list[tuple[str, str]]]:
+    """Evaluate every alert expression of ``catalogue`` over ``store`` at ``at`` (the Python evaluator)."""
+    findings: list[Finding] = []
+    errors: list[tuple[str, str]] = []
+    for rule in catalogue.alerts:
+        try:
+            result = evaluate(parse(rule.inline_expr), store, at)
+        except PromQLError as err:
+            errors.append((rule.alert, str(err)))
+            continue
+        if isinstance(result, float):
+            errors.append((rule.alert, "expression returned a scalar"))
+            continue
+        findings.extend(Finding(rule, _labels(s.labels), s.value) for s in result)
+    return _sorted(findings), errors
+
+
+def missing_in(store: SeriesStore) -> list[str]:
+    names = {labels["__name__"] for labels, _, _ in store.series()}
+    return [hint for family, hint in DATA_HINTS if family not in names]
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def render_text(report: Report, min_severity: str = "info", width: int = 100) -> str:
+    shown = [f for f in report.findings if SEVERITY_RANK[f.rule.severity] <= SEVERITY_RANK[min_severity]]
+    where = f"{report.source} {report.target}"
+    if report.window_seconds is not None:
+        where += f", {report.window_seconds:.0f}s sampled"
+    lines = [f"bottleneck-exporter diagnose: {len(shown)} verdict(s) from {where}; "
+             f"{report.rules} rules evaluated"]
+    if not shown:
+        lines.append("No bottleneck found: no rule's condition holds.")
+    subject = None
+    indent = " " * 12
+    for finding in shown:
+        if finding.subject != subject:
+            subject = finding.subject
+            lines += ["", subject]
+        state = f"  [{finding.state}]" if finding.state else ""
+        lines.append(f"  {finding.rule.severity.upper():<9} {finding.rule.heuristic.verdict}  "
+                     f"({finding.rule.alert}){state}")
+        for label, text in (("evidence", finding.evidence), ("advice", finding.rule.advice),
+                            ("runbook", finding.rule.runbook_url)):
+            wrapped = textwrap.wrap(text, width=width - len(indent) - 10, break_on_hyphens=False) or [""]
+            lines.append(f"{indent}{label + ':':<10}{wrapped[0]}")
+            lines += [f"{indent}{'':<10}{rest}" for rest in wrapped[1:]]
+    if report.missing:
+        lines += ["", "No data for (rules that need it cannot fire):"] + [f"  - {m}" for m in report.missing]
+    if report.errors:
+        lines += ["", "Could not evaluate:"] + [f"  - {alert}: {message}" for alert, message in report.errors]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: Report, min_severity: str = "info") -> str:
+    shown = [f for f in report.findings if SEVERITY_RANK[f.rule.severity] <= SEVERITY_RANK[min_severity]]
+    return json.dumps({
+        "source": report.source, "target": report.target, "evaluated_at": report.evaluated_at,
+        "window_seconds": report.window_seconds, "rules_evaluated": report.rules,
+        "critical": report.critical, "verdicts": [f.as_dict() for f in shown],
+        "missing": report.missing, "errors": [{"alert": a, "error": e} for a, e in report.errors],
+    }, indent=2) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bottleneck-exporter diagnose",
+        description="Print bottleneck verdicts with their evidence and advice, per node and training job. "
+        "Exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 unreachable.",
+        epilog="Standalone, any other flag goes to the in-process exporter (e.g. --path.procfs, "
+        "--no-collector.gpu, --push.socket).",
+    )
+    add = parser.add_argument
+    add("--prometheus.url", dest="prometheus_url", metavar="URL",
+        help="evaluate the rules with this Prometheus (e.g. http://prometheus:9090)")
+    add("--prometheus.timeout", dest="timeout", type=float, default=30.0, metavar="SECONDS",
+        help="per-query timeout (default: %(default)s)")
+    add("--exporter.url", dest="exporter_url", metavar="URL",
+        help=f"standalone: sample this running exporter (default: {DEFAULT_EXPORTER_URL} when it answers, "
+        "else the collectors and push receiver in this process)")
+    add("--window", type=float, default=60.0, metavar="SECONDS",
+        help="standalone: how long to sample (default: %(default)s)")
+    add("--interval", type=float, default=5.0, metavar="SECONDS",
+        help="standalone: seconds between samples (default: %(default)s)")
+    add("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
+        help="override a rule parameter, e.g. --set data_wait_ratio=0.3 (see docs/runbook.md#parameters)")
+    add("--severity", choices=list(reversed(SEVERITIES)), default="info",
+        help="show verdicts of this severity and above (default: %(default)s)")
+    add("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _progress(stream: TextIO) -> Callable[[float, float], None]:
+    tty = stream.isatty()
+    reported = [-1]
+
+    def show(elapsed: float, window: float) -> None:
+        done = min(elapsed, window)
+        if tty:
+            bar = "#" * int(30 * done / window) if window else "#" * 30
+            stream.write(f"\rsampling [{bar:<30}] {done:4.0f}/{window:.0f}s")
+            if done >= window:
+                stream.write("\n")
+        elif int(done // 10) != reported[0] or done >= window:
+            reported[0] = int(done // 10)
+            stream.write(f"sampling {done:.0f}/{window:.0f}s\n")
+        stream.flush()
+
+    return show
+
+
+def _exporter_answers(url: str) -> bool:
+    base = url.rsplit("/metrics", 1)[0] if url.endswith("/metrics") else url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/-/healthy", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        if args.window <= 0 or args.interval <= 0:
+            raise CatalogueError("--window and --interval must be positive")
+        overrides: dict[str, object] = dict(parse_sets(args.sets))
+        if args.prometheus_url and rest:
+            raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")
+        catalogue = resolve(overrides)
+    except CatalogueError as error:
+        print(f"bottleneck-exporter diagnose: error: {error}", file=err)
+        return EXIT_USAGE
+    try:
+        if args.prometheus_url:
+            report = diagnose_prometheus(catalogue, PrometheusClient(args.prometheus_url, args.timeout))
+        else:
+            report = _standalone(args, rest, overrides, err)
+    except Unreachable as error:
+        print(f"bottleneck-exporter diagnose: cannot reach {error}", file=err)
+        return EXIT_UNREACHABLE
+    except (CatalogueError, ValueError) as error:
+        print(f"bottleneck-exporter diagnose: error: {error}", file=err)
+        return EXIT_USAGE
+    out.write(render_json(report, args.severity) if args.json else render_text(report, args.severity))
+    out.flush()
+    return EXIT_CRITICAL if report.critical else EXIT_OK
+
+
+def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, object], err: TextIO) -> Report:
+    from exporter.config import ConfigError
+
+    source: ScrapeSource | InProcessSource
+    if args.exporter_url:
+        source = ScrapeSource(args.exporter_url)
+    elif not rest and _exporter_answers(DEFAULT_EXPORTER_URL):
+        source = ScrapeSource(DEFAULT_EXPORTER_URL)
+    else:
+        try:
+            source = InProcessSource(rest)
+        except SystemExit:  # argparse already said which of the exporter's flags is wrong
+            raise CatalogueError(f"bad exporter flags: {' '.join(rest)}") from None
+        except ConfigError as error:
+            raise CatalogueError(str(error)) from None
+    err.write(f"sampling {source.describe()} for {args.window:.0f}s, every {args.interval:g}s\n")
+    source.start()
+    try:
+        # A first scrape primes collectors whose ratios are "since the previous scrape".
+        store, first, last = sample(source, args.window, args.interval, socket.gethostname(), _progress(err))
+    finally:
+        source.stop()
+    window = max(1, math.ceil(last - first) + 1)
+    catalogue = resolve({**overrides, "rate_window": f"{window}s"})
+    findings, errors = diagnose_store(catalogue, store, last)
+    kind = "exporter" if isinstance(source, ScrapeSource) else "in-process"
+    target = source.url if isinstance(source, ScrapeSource) else socket.gethostname()
+    return Report(kind, target, last, len(catalogue.alerts), findings, errors, missing_in(store), last - first)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
