@@ -1,0 +1,212 @@
+"""``bottleneck-exporter diagnose``: the Python evaluator against the scenario table, against a real Prometheus,
+and standalone on this machine (alone, and watching a real PyTorch run instrumented with the hook).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import diagnose
+from exporter.heuristics import promql
+from exporter.heuristics.catalogue import resolve
+from exporter.heuristics.replay import replay
+from exporter.heuristics.scenarios import (
+    FIRES,
+    NEAR_MISS,
+    SCENARIOS,
+    Scenario,
+    Series,
+    Timeline,
+    gpu,
+    node,
+    process,
+    rank,
+    store_of,
+)
+from tests.conftest import ROOT, free_port, require_tool
+from tests.promstack import Prometheus
+
+CATALOGUE = resolve()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.title for s in SCENARIOS])
+def test_python_evaluator_agrees_with_the_scenario_table(scenario: Scenario) -> None:
+    """The same table promtool runs (tests/rules/); replay raises when the evaluator disagrees with it."""
+    outcome = replay(scenario, CATALOGUE)
+    # diagnose's own entry point, over the same series, finds the same instances of the alert.
+    findings, errors = diagnose.diagnose_store(CATALOGUE, store_of(outcome.series), outcome.eval_at * 60.0)
+    assert not errors
+    found = {(f.rule.severity, tuple(sorted(f.labels.items()))) for f in findings
+             if f.rule.heuristic.name == scenario.alert}
+    active = {(severity, inst.labels) for severity, insts in outcome.active[outcome.eval_at].items()
+              for inst in insts}
+    assert found == active
+    if scenario.kind == NEAR_MISS:
+        assert scenario.severity not in {severity for severity, _ in found}
+    elif scenario.kind == FIRES:
+        assert {(scenario.severity, tuple(sorted(e.labels.items()))) for e in scenario.expect} <= found
+
+
+def test_evaluator_refuses_what_it_cannot_evaluate_by_name() -> None:
+    with pytest.raises(promql.PromQLError, match=r"histogram_quantile\(\) is not supported"):
+        promql.parse("histogram_quantile(0.9, rate(x_bucket[5m]))")
+    with pytest.raises(promql.PromQLError, match="offset"):
+        promql.parse("rate(x[5m] offset 1m)")
+    store = promql.SeriesStore()
+    store.add({"__name__": "a", "instance": "n"}, [(0, 1.0)])
+    store.add({"__name__": "b", "instance": "n", "x": "1"}, [(0, 1.0)])
+    store.add({"__name__": "b", "instance": "n", "x": "2"}, [(0, 1.0)])
+    with pytest.raises(promql.PromQLError, match="duplicate series"):
+        promql.evaluate("a / on (instance) b", store, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- real Prometheus
+
+MINUTES = 12
+
+
+def fleet(tl: Timeline) -> list[Series]:
+    """node-a: a num_workers=0 job and memory almost gone; node-b: a GPU at its slowdown temperature."""
+    return (rank(tl, instance="node-a", data_wait=0.4, forward=0.04, optimizer=0.01)
+            + node(tl, instance="node-a", mem_available=0.03) + process(tl, instance="node-a", main=1.0, workers=0)
+            + node(tl, instance="node-b") + gpu(tl, instance="node-b", temp=88))
+
+
+def backfill(series: list[Series], end: float, tsdb: Path) -> None:
+    """Write the series into a TSDB block with promtool, the last minute at ``end``."""
+    lines = []
+    # OpenMetrics: a family's samples together, each series in time order, no blanks after commas.
+    for s in sorted(series, key=lambda s: s.labels):
+        labels = dict(s.labels)
+        name = labels.pop("__name__")
+        selector = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+        for minute, value in enumerate(s.track):
+            if value is not None:
+                lines.append(f"{selector} {value!r} {end - (MINUTES - minute) * 60:.3f}")
+    source = tsdb.parent / "fleet.om"
+    source.write_text("\n".join(lines) + "\n# EOF\n")
+    result = subprocess.run([require_tool("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(source),
+                             str(tsdb)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def _keys(verdicts: list[dict[str, Any]]) -> set[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    return {(str(v["alert"]), str(v["severity"]), tuple(sorted(v["labels"].items()))) for v in verdicts}
+
+
+@pytest.mark.tools
+def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_path: Path) -> None:
+    series = fleet(Timeline(MINUTES))
+    end = time.time()
+    backfill(series, end, tmp_path / "tsdb")
+    # No rule files loaded: diagnose spells the recording rules out itself.
+    prometheus = Prometheus(tmp_path, targets=[], rule_files=[]).start()
+    try:
+        out = io.StringIO()
+        code = diagnose.main(["--prometheus.url", prometheus.url, "--json"], stdout=out)
+        asked_at = time.time()
+    finally:
+        prometheus.stop()
+    report = json.loads(out.getvalue())
+    assert report["errors"] == []
+    got = _keys(report["verdicts"])
+    node_a = {"instance": "node-a", "job": "bottleneck-exporter"}
+    assert ("BottleneckInputBound", "warning", (("instance", "node-a"), ("job", "resnet50"), ("rank", "0"))) in got
+    assert ("BottleneckMemoryPressure", "critical", tuple(sorted(node_a.items()))) in got
+    assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) in got
+    hot = {"instance": "node-b", "job": "bottleneck-exporter", "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
+    assert ("BottleneckGpuTooHot", "warning", tuple(sorted(hot.items()))) in got
+    assert code == diagnose.EXIT_CRITICAL and report["critical"] is True
+    # The Python evaluator over the same samples, at the time of the query, finds exactly the same verdicts.
+    store = promql.SeriesStore()
+    for s in series:
+        store.add(dict(s.labels), [(end - (MINUTES - m) * 60, v) for m, v in enumerate(s.track) if v is not None])
+    findings, errors = diagnose.diagnose_store(CATALOGUE, store, asked_at)
+    assert not errors
+    assert _keys([f.as_dict() for f in findings]) == got
+    evidence = next(v for v in report["verdicts"] if v["alert"] == "BottleneckInputBound")
+    assert evidence["evidence"].startswith("Rank 0 of job resnet50 on node-a waits for the next batch 80% of")
+    assert evidence["advice"].startswith("Raise DataLoader num_workers")
+
+
+def test_diagnose_says_when_prometheus_cannot_be_reached() -> None:
+    err = io.StringIO()
+    code = diagnose.main(["--prometheus.url", f"http://127.0.0.1:{free_port()}"], stdout=io.StringIO(), stderr=err)
+    assert code == diagnose.EXIT_UNREACHABLE
+    assert "cannot reach" in err.getvalue()
+
+
+def test_diagnose_refuses_a_bad_parameter_with_a_usage_error() -> None:
+    err = io.StringIO()
+    assert diagnose.main(["--set", "data_wait_ratio=lots"], stderr=err) == diagnose.EXIT_USAGE
+    assert "data_wait_ratio" in err.getvalue()
+    assert diagnose.main(["--window", "0"], stderr=io.StringIO()) == diagnose.EXIT_USAGE
+    assert diagnose.main(["--severity", "loud"], stderr=io.StringIO()) == diagnose.EXIT_USAGE
+
+
+# ---------------------------------------------------------------------------------------------- standalone
+
+def run_diagnose(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", "diagnose", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.live
+def test_standalone_on_this_machine_prints_verdicts_and_exits_by_severity(tmp_path: Path) -> None:
+    result = run_diagnose(["--window", "3", "--interval", "1", "--json", f"--push.socket={tmp_path}/push.sock"])
+    assert result.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), result.stderr
+    report = json.loads(result.stdout)
+    assert report["source"] == "in-process"
+    assert report["rules_evaluated"] == len(CATALOGUE.alerts)
+    assert report["errors"] == []
+    assert report["critical"] == any(v["severity"] == "critical" for v in report["verdicts"])
+    assert result.returncode == (diagnose.EXIT_CRITICAL if report["critical"] else diagnose.EXIT_OK)
+    assert "sampling" in result.stderr and "3/3s" in result.stderr
+    text = run_diagnose(["--window", "2", "--interval", "1", f"--push.socket={tmp_path}/push2.sock"])
+    assert text.stdout.startswith("bottleneck-exporter diagnose: ")
+    assert "rules evaluated" in text.stdout
+
+
+@pytest.mark.live
+@pytest.mark.torch
+def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
+    """A real CPU run with num_workers=0 and a slow dataset, pushing to diagnose's in-process receiver."""
+    socket_path = tmp_path / "push.sock"
+    diag = subprocess.Popen([sys.executable, "-m", "exporter", "diagnose", "--window", "12", "--interval", "1",
+                             "--json", f"--push.socket={socket_path}"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stop = tmp_path / "stop"
+    trainer = None
+    try:
+        deadline = time.monotonic() + 20
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert socket_path.exists(), "diagnose did not bind its push socket"
+        trainer = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
+             "--stop-file", str(stop)],
+            env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": "diag-slow"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, err = diag.communicate(timeout=90)
+    finally:
+        stop.touch()
+        if trainer is not None:
+            trainer.wait(timeout=60)
+        if diag.poll() is None:
+            diag.kill()
+    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
+    report = json.loads(out)
+    verdicts = [v for v in report["verdicts"] if v["labels"].get("job") == "diag-slow"]
+    assert [v["alert"] for v in verdicts if v["alert"] in ("BottleneckInputBound", "BottleneckIoBound")] == [
+        "BottleneckInputBound"], report
+    assert verdicts[0]["value"] > 0.5
+    assert "training telemetry" not in " ".join(report["missing"])
