@@ -32,7 +32,7 @@ test: venv tools
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check exporter tests benchmarks
+	$(VENV)/bin/ruff check exporter tests benchmarks deploy
 	$(VENV)/bin/mypy
 
 # Regenerate the golden scrapes after an intended change; review them as a diff.
@@ -43,3 +43,10 @@ golden: venv
 bench: venv tools
 	$(PY) benchmarks/scrape_vs_node_exporter.py
 	$(PY) benchmarks/hook_overhead.py
+
+# Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
+# dashboards, the Kubernetes PrometheusRule. Tests fail when a committed file differs from this output.
+generate: venv
+	$(PY) -m exporter.heuristics.generate
+	$(PY) -m exporter.dashboards
+	$(PY) deploy/kubernetes/generate_prometheusrule.py
