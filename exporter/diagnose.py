@@ -98,6 +98,12 @@ class Report:
 
 
 def _sorted(findings: Iterable[Finding]) -> list[Finding]:
+    """Ordered by subject and severity; a warning whose critical twin holds is left out, as Alertmanager's
+    inhibition (alerts/alertmanager.yml) leaves it out."""
+    findings = list(findings)
+    critical = {(f.rule.alert, tuple(sorted(f.labels.items()))) for f in findings if f.rule.severity == "critical"}
+    findings = [f for f in findings
+                if f.rule.severity != "warning" or (f.rule.alert, tuple(sorted(f.labels.items()))) not in critical]
     return sorted(findings, key=lambda f: (f.subject, SEVERITY_RANK[f.rule.severity], f.rule.alert,
                                            sorted(f.labels.items())))
 
@@ -312,7 +318,8 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
                      f"({finding.rule.alert}){state}")
         for label, text in (("evidence", finding.evidence), ("advice", finding.rule.advice),
                             ("runbook", finding.rule.runbook_url)):
-            wrapped = textwrap.wrap(text, width=width - len(indent) - 10, break_on_hyphens=False) or [""]
+            wrapped = textwrap.wrap(text, width=width - len(indent) - 10, break_on_hyphens=False,
+                                    break_long_words=False) or [""]
             lines.append(f"{indent}{label + ':':<10}{wrapped[0]}")
             lines += [f"{indent}{'':<10}{rest}" for rest in wrapped[1:]]
     if report.missing:

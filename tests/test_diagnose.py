@@ -49,11 +49,13 @@ def test_python_evaluator_agrees_with_the_scenario_table(scenario: Scenario) -> 
              if f.rule.heuristic.name == scenario.alert}
     active = {(severity, inst.labels) for severity, insts in outcome.active[outcome.eval_at].items()
               for inst in insts}
-    assert found == active
+    # diagnose leaves out a warning whose critical twin holds, as Alertmanager's inhibition does.
+    inhibited = {("warning", labels) for severity, labels in active if severity == "critical"}
+    assert found == active - inhibited
     if scenario.kind == NEAR_MISS:
         assert scenario.severity not in {severity for severity, _ in found}
     elif scenario.kind == FIRES:
-        assert {(scenario.severity, tuple(sorted(e.labels.items()))) for e in scenario.expect} <= found
+        assert {(scenario.severity, tuple(sorted(e.labels.items()))) for e in scenario.expect} <= found | inhibited
 
 
 def test_evaluator_refuses_what_it_cannot_evaluate_by_name() -> None:
@@ -122,7 +124,7 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
     node_a = {"instance": "node-a", "job": "bottleneck-exporter"}
     assert ("BottleneckInputBound", "warning", (("instance", "node-a"), ("job", "resnet50"), ("rank", "0"))) in got
     assert ("BottleneckMemoryPressure", "critical", tuple(sorted(node_a.items()))) in got
-    assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) in got
+    assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) not in got, "inhibited by its twin"
     hot = {"instance": "node-b", "job": "bottleneck-exporter", "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
     assert ("BottleneckGpuTooHot", "warning", tuple(sorted(hot.items()))) in got
     assert code == diagnose.EXIT_CRITICAL and report["critical"] is True
