@@ -31,8 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from exporter.heuristics import gotemplate
-from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, resolve
-from exporter.heuristics.generate import parse_sets
+from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3

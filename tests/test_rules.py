@@ -6,6 +6,7 @@ same table is in test_diagnose.py.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import re
@@ -24,6 +25,7 @@ from exporter.push.store import JobStore
 from tests.conftest import ROOT, require_tool
 
 CATALOGUE = cat.resolve()
+OUTPUTS = functools.cache(lambda: generate.outputs(CATALOGUE))
 RULE_FILES = [ROOT / generate.RECORDING_RULES, ROOT / generate.ALERT_RULES]
 
 
@@ -32,7 +34,7 @@ def test_catalogue_is_consistent() -> None:
 
 
 def test_committed_files_match_what_the_generator_writes() -> None:
-    stale = [path for path, text in generate.outputs(CATALOGUE).items()
+    stale = [path for path, text in OUTPUTS().items()
              if not (ROOT / path).exists() or (ROOT / path).read_text() != text]
     assert not stale, f"generated files out of date, run `{generate.COMMAND}` (make generate): {stale}"
     committed = sorted(p.name for p in (ROOT / generate.RULE_TESTS).glob("*.yml"))
@@ -49,7 +51,7 @@ def test_generator_check_mode_names_a_drifted_file(tmp_path: Path, capsys: pytes
 
 
 def test_every_generated_file_says_how_to_regenerate_it() -> None:
-    for path in generate.outputs(CATALOGUE):
+    for path in OUTPUTS():
         first = (ROOT / path).read_text().splitlines()[0]
         assert generate.COMMAND in first and "regenerate" in first, path
 

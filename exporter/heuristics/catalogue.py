@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from exporter.heuristics import gotemplate
 from exporter.heuristics.promql import PromQLError, parse, parse_duration
@@ -809,6 +809,17 @@ def parse_parameter(name: str, raw: object) -> float | str:
     if not text:
         raise CatalogueError(f"parameter {name}: must not be empty")
     return text
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+    """``["data_wait_ratio=0.3", ...]`` (the ``--set`` flags) → overrides for :func:`resolve`."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise CatalogueError(f"--set {pair!r}: expected NAME=VALUE")
+        overrides[name.strip()] = value.strip()
+    return overrides
 
 
 def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None) -> Catalogue:

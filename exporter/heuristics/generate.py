@@ -31,6 +31,7 @@ from exporter.heuristics.catalogue import (
     Catalogue,
     CatalogueError,
     format_value,
+    parse_sets,
     resolve,
     validate,
 )
@@ -199,16 +200,6 @@ def outputs(catalogue: Catalogue, tests: bool = True) -> dict[str, str]:
     if tests:
         files.update(render_rule_tests(catalogue))
     return files
-
-
-def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise CatalogueError(f"--set {pair!r}: expected NAME=VALUE")
-        overrides[name.strip()] = value.strip()
-    return overrides
 
 
 def main(argv: Sequence[str] | None = None) -> int:
