@@ -3,7 +3,6 @@ machine without a driver, and the exporter's command line serving a replayed pro
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import subprocess
@@ -185,13 +184,19 @@ def test_missing_nvml_function_is_logged_once(caplog: pytest.LogCaptureFixture) 
     assert series_of(text, "bottleneck_gpu_pcie_link_width", "1") == [8.0]
 
 
-def test_node_without_nvml_real_backend(caplog: pytest.LogCaptureFixture) -> None:
+def test_real_nvml_backend_on_this_machine(caplog: pytest.LogCaptureFixture) -> None:
+    """The real NVML backend, whatever this machine has: without a usable driver the collector says so once
+    and stays out of the way; with one, every GPU reads up and the scrape passes promtool."""
+    import pynvml
+
     try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        pass
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        nvml_error: str | None = str(err)
     else:
-        pytest.skip("this machine has libnvidia-ml; the no-NVML path is checked on machines without a driver")
+        nvml_error = None
+        gpu_count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
     collector = REGISTRY["gpu"].factory(Context(options={"profile": "", "max-processes": 5}))
     from exporter.gpu.nvml import NvmlBackend
 
@@ -202,9 +207,20 @@ def test_node_without_nvml_real_backend(caplog: pytest.LogCaptureFixture) -> Non
         texts = [generate_latest(registry).decode() for _ in range(3)]
     for text in texts:
         assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
-        assert [n for (n, _) in values(text) if n.startswith("bottleneck_gpu_")] == []
+        assert all(not math.isnan(v) for v in values(text).values())
     logged = [r.getMessage() for r in caplog.records if "NVML not available" in r.getMessage()]
-    assert len(logged) == 1 and "Library Not Found" in logged[0]
+    if nvml_error is not None:
+        assert [n for text in texts for (n, _) in values(text) if n.startswith("bottleneck_gpu_")] == []
+        assert len(logged) == 1 and nvml_error in logged[0]
+        return
+    assert logged == []
+    up = [v for (n, labels), v in values(texts[-1]).items() if n == "bottleneck_gpu_up" and "/" not in
+          dict(labels)["gpu"]]
+    assert up == [1.0] * gpu_count
+    promtool = require_tool("promtool")
+    result = subprocess.run([promtool, "check", "metrics"], input=texts[-1], capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
 def histogram(text: str, gpu: str) -> dict[str, float]:
