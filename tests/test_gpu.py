@@ -223,6 +223,42 @@ def test_real_nvml_backend_on_this_machine(caplog: pytest.LogCaptureFixture) -> 
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
+def test_nvml_errors_are_translated_at_the_choke_point() -> None:
+    import pynvml
+
+    from exporter.gpu.backend import BackendError, FunctionNotFound, GpuLost, NoData, NotSupported
+    from exporter.gpu.nvml import _nvml
+
+    def failing(error: Exception) -> object:
+        def call() -> None:
+            raise error
+        return call
+
+    for code, expected in ((pynvml.NVML_ERROR_NOT_SUPPORTED, NotSupported),
+                           (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, FunctionNotFound),
+                           (pynvml.NVML_ERROR_GPU_IS_LOST, GpuLost),
+                           (pynvml.NVML_ERROR_NOT_FOUND, NoData),
+                           (pynvml.NVML_ERROR_TIMEOUT, BackendError)):
+        with pytest.raises(BackendError) as raised:
+            _nvml(failing(pynvml.NVMLError(code)))  # type: ignore[arg-type]
+        assert type(raised.value) is expected, code
+
+
+def test_pynvml_version_mismatch_does_not_escape_the_choke_point() -> None:
+    # Regression: pynvml's unversioned nvmlDeviceGetComputeRunningProcesses raises NVMLLibraryMismatchError,
+    # not an NVMLError, on a driver without the _v3 function; it failed the whole gpu collector.
+    import pynvml
+
+    from exporter.gpu.backend import FunctionNotFound
+    from exporter.gpu.nvml import _nvml
+
+    def mismatched() -> None:
+        raise pynvml.NVMLLibraryMismatchError("Unversioned function called ...")
+
+    with pytest.raises(FunctionNotFound):
+        _nvml(mismatched)
+
+
 def histogram(text: str, gpu: str) -> dict[str, float]:
     return {dict(labels)["le"]: v for (n, labels), v in values(text).items()
             if n == "bottleneck_gpu_utilization_samples_bucket" and ("gpu", gpu) in labels}

@@ -108,6 +108,10 @@ def _nvml(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except pynvml.NVMLError as err:
         raise _ERRORS.get(err.value, BackendError)(str(err)) from None
+    except pynvml.NVMLLibraryMismatchError as err:
+        # pynvml's unversioned wrappers (nvmlDeviceGetComputeRunningProcesses, ...) turn a missing versioned
+        # function into this, which is not an NVMLError: without this clause it would escape the choke point.
+        raise FunctionNotFound(str(err)) from None
 
 
 def _text(value: Any) -> str:
@@ -179,13 +183,12 @@ class NvmlBackend:
         handle = self._handles.get(parent)
         if handle is None:
             return self._mig_children.get(parent, [])
+        children: list[Device] = []
         try:
             current, _pending = _nvml(pynvml.nvmlDeviceGetMigMode, handle)
-            if current != pynvml.NVML_DEVICE_MIG_ENABLE:
-                self._mig_children[parent] = []
-                return []
-            children = []
-            for slot in range(_nvml(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)):
+            enabled = current == pynvml.NVML_DEVICE_MIG_ENABLE
+            slots = _nvml(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) if enabled else 0
+            for slot in range(slots):
                 try:
                     child = _nvml(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
                 except NoData:  # an empty slot
@@ -200,8 +203,21 @@ class NvmlBackend:
             children = []
         except BackendError:
             return self._mig_children.get(parent, [])
+        current_keys = {child.key for child in children}
+        for gone in self._mig_children.get(parent, []):
+            if gone.key not in current_keys:
+                self._forget(gone.key)
         self._mig_children[parent] = children
         return children
+
+    def _forget(self, key: str) -> None:
+        """Drop what was kept for a MIG instance that was destroyed (the GPU was repartitioned)."""
+        for kept in (self._handles, self._mig_ids, self._static):
+            kept.pop(key, None)
+        self._gpm_supported.discard(key)
+        sample = self._gpm_previous.pop(key, None)
+        if sample is not None:
+            _free_gpm_sample(sample)
 
     def driver(self) -> DriverInfo:
         """nvidia-smi: "Driver Version", "CUDA Version" (NVML gives 13010 for "13.1")."""
@@ -222,7 +238,8 @@ class NvmlBackend:
         handle = self._handle(device)
         uuid = _text(_nvml(pynvml.nvmlDeviceGetUUID, handle))
         static = self._static.get(device)
-        if static is None:
+        # A MIG instance recreated under the same ids (another profile) has a new UUID: read it afresh.
+        if static is None or static.uuid != uuid:
             parent = self._mig_ids.get(device, (device, 0))[0]
             parent_handle = self._handle(parent)
             try:
@@ -327,11 +344,11 @@ class NvmlBackend:
         """nvidia-smi: "Clocks Event Reasons" (called "Clocks Throttle Reasons" before R535, whose NVML
         has only the ...ThrottleReasons functions: used as the fallback)."""
         handle = self._handle(device)
-        active = _first_of(handle, pynvml.nvmlDeviceGetCurrentClocksEventReasons,
-                           pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
+        active = int(_first_of(handle, pynvml.nvmlDeviceGetCurrentClocksEventReasons,
+                               pynvml.nvmlDeviceGetCurrentClocksThrottleReasons))
         try:
-            supported = _first_of(handle, pynvml.nvmlDeviceGetSupportedClocksEventReasons,
-                                  pynvml.nvmlDeviceGetSupportedClocksThrottleReasons)
+            supported = int(_first_of(handle, pynvml.nvmlDeviceGetSupportedClocksEventReasons,
+                                      pynvml.nvmlDeviceGetSupportedClocksThrottleReasons))
         except (NotSupported, FunctionNotFound):
             supported = pynvml.nvmlClocksEventReasonAll
         return {name: bool(active & bit) for name, bit in _REASON_BITS.items() if supported & bit}
@@ -384,7 +401,9 @@ class NvmlBackend:
     def processes(self, device: str) -> list[GpuProcess]:
         """Compute processes and their memory in bytes. nvidia-smi: "Processes > Process ID / Used GPU Memory"
         (graphics-only processes are not listed)."""
-        found = _nvml(pynvml.nvmlDeviceGetComputeRunningProcesses, self._handle(device))
+        # _v3 needs R510; _v2 (R450) answers the same fields for the older drivers still found in clusters.
+        found = _first_of(self._handle(device), pynvml.nvmlDeviceGetComputeRunningProcesses_v3,
+                          pynvml.nvmlDeviceGetComputeRunningProcesses_v2)
         return [GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
                 for p in found]
 
@@ -428,11 +447,12 @@ class NvmlBackend:
         return GpmMetrics(*values)
 
 
-def _first_of(handle: Any, current: Callable[[Any], int], legacy: Callable[[Any], int]) -> int:
+def _first_of(handle: Any, current: Callable[[Any], T], legacy: Callable[[Any], T]) -> T:
+    """``current(handle)``, or ``legacy(handle)`` where the driver's NVML predates ``current``."""
     try:
-        return int(_nvml(current, handle))
+        return _nvml(current, handle)
     except FunctionNotFound:
-        return int(_nvml(legacy, handle))
+        return _nvml(legacy, handle)
 
 
 def _free_gpm_sample(sample: Any) -> None:
