@@ -259,6 +259,23 @@ def test_pynvml_version_mismatch_does_not_escape_the_choke_point() -> None:
         _nvml(mismatched)
 
 
+def test_an_unexpected_error_in_one_field_costs_only_that_field(caplog: pytest.LogCaptureFixture) -> None:
+    replay = Replay("hopper-4x-h100")
+
+    def broken(device: str) -> int:
+        raise TypeError("a binding quirk no recorded profile has")
+
+    replay.fake.pcie_replays = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        texts = [replay.scrape() for _ in range(2)]
+    for text in texts:
+        assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+        assert [n for (n, _) in values(text) if n == "bottleneck_gpu_pcie_replays_total"] == []
+        assert series_of(text, "bottleneck_gpu_pcie_link_width", "0") != []
+    logged = [r for r in caplog.records if "reading pcie_replays failed" in r.getMessage()]
+    assert len(logged) == 4 and all(r.exc_info for r in logged)  # once per GPU, with the traceback
+
+
 def histogram(text: str, gpu: str) -> dict[str, float]:
     return {dict(labels)["le"]: v for (n, labels), v in values(text).items()
             if n == "bottleneck_gpu_utilization_samples_bucket" and ("gpu", gpu) in labels}

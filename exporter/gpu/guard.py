@@ -7,6 +7,8 @@
 - GpuLost: that GPU is down for the rest of this scrape (``bottleneck_gpu_up`` 0), the others go on; it is
   probed again next scrape in case it came back after a reset.
 - BackendError: a passing failure; the series is left out this scrape, logged once per (device, field).
+- Any other exception (a binding or driver quirk never seen in the recorded profiles): treated like
+  BackendError, with its traceback logged once, so that one odd field costs that field, not every GPU.
 """
 
 from __future__ import annotations
@@ -61,11 +63,18 @@ class FieldGuard:
             self.mark_down(device, str(err))
             return None
         except BackendError as err:
-            if (device, field) not in self._failure_logged:
-                self._failure_logged.add((device, field))
-                log.warning("GPU %s: reading %s failed: %s", device, field, err)
+            self._log_failure(device, field, err)
+            return None
+        except Exception as err:
+            self._log_failure(device, field, err, unexpected=True)
             return None
         if device in self._lost_logged:
             self._lost_logged.discard(device)
             log.warning("GPU %s answers again", device)
         return value
+
+    def _log_failure(self, device: str, field: str, err: Exception, unexpected: bool = False) -> None:
+        if (device, field) in self._failure_logged:
+            return
+        self._failure_logged.add((device, field))
+        log.warning("GPU %s: reading %s failed: %s", device, field, err, exc_info=unexpected)
