@@ -62,15 +62,19 @@ def serve(
     class Handler(BaseHTTPRequestHandler):
         server_version = f"bottleneck-exporter/{__version__}"
 
-        def setup(self) -> None:
-            super().setup()
-            if isinstance(self.connection, ssl.SSLSocket):
-                self.connection.settimeout(10)
-                self.connection.do_handshake()
-                self.connection.settimeout(None)
-
         def handle(self) -> None:
+            # The handshake runs here, not in setup(): socketserver prints a raw traceback to stderr for
+            # anything setup() raises, and a client without a certificate (or speaking plain HTTP to the
+            # TLS port) is routine, not a crash.
             try:
+                if isinstance(self.connection, ssl.SSLSocket):
+                    self.connection.settimeout(10)
+                    self.connection.do_handshake()
+                    self.connection.settimeout(None)
+                    if not web.client_allowed(self.connection.getpeercert()):
+                        log.debug("connection from %s refused: client certificate has none of the allowed "
+                                  "SANs", self.client_address)
+                        return
                 super().handle()
             except (ssl.SSLError, ConnectionError, TimeoutError) as err:
                 log.debug("connection from %s dropped: %s", self.client_address, err)

@@ -5,11 +5,13 @@
       key_file: server.key
       client_auth_type: RequireAndVerifyClientCert   # mTLS
       client_ca_file: ca.crt
+      client_allowed_sans: [prometheus.example]   # optional: also require one of these SANs
       min_version: TLS12
     basic_auth_users:
       prometheus: $2y$10$...   # htpasswd -nBC 10 "" | tr -d ':\\n'
 
-Unknown keys are refused, as exporter-toolkit does, so a typo never silently turns security off.
+Unknown keys are refused, as exporter-toolkit does, so a typo never silently turns security off; so are
+``cipher_suites`` and ``curve_preferences``, which name Go's TLS constants that Python's ssl cannot apply.
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ _TLS_VERSIONS = {
 }
 _TLS_KEYS = {
     "cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version",
-    "cipher_suites", "curve_preferences", "prefer_server_cipher_suites", "client_allowed_sans",
+    "prefer_server_cipher_suites", "client_allowed_sans",
 }
+# Valid in exporter-toolkit but not applicable here: refused by name rather than ignored, so that a config
+# that restricts ciphers never silently runs with OpenSSL's defaults.
+_UNSUPPORTED_TLS_KEYS = {"cipher_suites", "curve_preferences"}
 _TOP_KEYS = {"tls_server_config", "basic_auth_users", "http_server_config"}
 
 
@@ -52,6 +57,10 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     basic_auth_users: dict[str, bytes] = dataclasses.field(default_factory=dict)
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    client_allowed_sans: frozenset[str] = frozenset()
+    # Checked against for unknown users: as slow as the slowest configured hash, so that a user name
+    # cannot be probed by timing.
+    dummy_hash: bytes = b""
     _verified: set[bytes] = dataclasses.field(default_factory=set)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -67,8 +76,7 @@ class WebConfig:
             return False
         hashed = self.basic_auth_users.get(user)
         if hashed is None:
-            # Spend the same time as a real check so user names cannot be probed by timing.
-            bcrypt.checkpw(b"x", _DUMMY_HASH)
+            bcrypt.checkpw(b"x", self.dummy_hash)
             return False
         # bcrypt is deliberately slow (~50 ms at cost 10); Prometheus scrapes every few seconds with the
         # same credentials, so remember successful checks by a keyed digest, never the password itself.
@@ -83,8 +91,16 @@ class WebConfig:
         return True
 
 
+    def client_allowed(self, peer_certificate: dict[str, Any] | None) -> bool:
+        """With ``client_allowed_sans``: whether the verified client certificate carries one of them (DNS
+        name, IP address, e-mail or URI, as exporter-toolkit compares them)."""
+        if not self.client_allowed_sans:
+            return True
+        sans = (peer_certificate or {}).get("subjectAltName", ())
+        return any(value in self.client_allowed_sans for _kind, value in sans)
+
+
 _CACHE_KEY = os.urandom(32)
-_DUMMY_HASH = bcrypt.hashpw(b"dummy", bcrypt.gensalt(rounds=4))
 
 
 def _require_mapping(value: Any, where: str) -> dict[str, Any]:
@@ -110,6 +126,9 @@ def load_web_config(path: str) -> WebConfig:
             raise ConfigError(f"{where}: must be a bcrypt hash ($2y$...), not a plain password")
         # bcrypt's C library knows $2a$/$2b$; htpasswd writes $2y$, the same algorithm.
         config.basic_auth_users[str(user)] = ("$2b$" + hashed[4:]).encode()
+    if config.basic_auth_users:
+        cost = max(int(h[4:6]) if h[4:6].isdigit() else 10 for h in config.basic_auth_users.values())
+        config.dummy_hash = bcrypt.hashpw(b"dummy", bcrypt.gensalt(rounds=min(max(cost, 4), 31)))
 
     http = _require_mapping(data.get("http_server_config"), f"{path}: http_server_config")
     for key, value in http.items():
@@ -121,11 +140,26 @@ def load_web_config(path: str) -> WebConfig:
     tls = _require_mapping(data.get("tls_server_config"), f"{path}: tls_server_config")
     if tls:
         config.ssl_context = _ssl_context(tls, base, f"{path}: tls_server_config")
+        config.client_allowed_sans = _allowed_sans(tls, f"{path}: tls_server_config.client_allowed_sans")
     return config
+
+
+def _allowed_sans(tls: dict[str, Any], where: str) -> frozenset[str]:
+    sans = tls.get("client_allowed_sans")
+    if sans is None:
+        return frozenset()
+    if not isinstance(sans, list) or not all(isinstance(san, str) and san for san in sans):
+        raise ConfigError(f"{where}: must be a list of names")
+    if tls.get("client_auth_type") != "RequireAndVerifyClientCert":
+        raise ConfigError(f"{where}: needs client_auth_type RequireAndVerifyClientCert (a certificate to check)")
+    return frozenset(sans)
 
 
 def _ssl_context(tls: dict[str, Any], base: str, where: str) -> ssl.SSLContext:
     for key in tls:
+        if key in _UNSUPPORTED_TLS_KEYS:
+            raise ConfigError(f"{where}.{key}: not supported by bottleneck-exporter (Python's ssl applies "
+                              "OpenSSL's cipher and curve choices); remove it")
         if key not in _TLS_KEYS:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_TLS_KEYS))})")
     for key in ("cert_file", "key_file"):
@@ -155,10 +189,11 @@ def _ssl_context(tls: dict[str, Any], base: str, where: str) -> ssl.SSLContext:
             ctx.load_verify_locations(resolve("client_ca_file"))
         except (OSError, ssl.SSLError) as err:
             raise ConfigError(f"{where}.client_ca_file: cannot load: {err}") from None
-    elif auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
+    elif auth_type not in ("NoClientCert", "RequestClientCert"):
+        # Python's ssl verifies every client certificate it asks for, so it cannot demand a certificate
+        # without a CA to check it against; serving without would silently drop the requirement.
         raise ConfigError(f"{where}.client_ca_file: required when client_auth_type is {auth_type}")
-    # Python's ssl verifies any certificate it asks for; "RequireAnyClientCert" therefore also verifies
-    # against client_ca_file. Without a CA it cannot request one, so it is refused above only for the
-    # verifying modes and treated as "optional, verified if CA given" otherwise.
+    # With a CA, RequireAnyClientCert also verifies against it (the closest Python's ssl comes); without
+    # one, RequestClientCert cannot ask and serves like NoClientCert.
     ctx.verify_mode = _CLIENT_AUTH[auth_type] if "client_ca_file" in tls else ssl.CERT_NONE
     return ctx

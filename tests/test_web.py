@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import bcrypt
@@ -131,6 +133,43 @@ def test_mtls_requires_a_client_certificate_signed_by_the_ca(start_exporter, tmp
     stranger.private_key_and_cert_chain_pem.write_to_path(str(stranger_pem))
     with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
         requests.get(_https(exporter) + "/metrics", timeout=5, verify=str(tls_files["ca"]), cert=str(stranger_pem))
+    # Regression: a refused handshake printed a raw socketserver traceback to stderr on every attempt.
+    assert requests.get(_https(exporter) + "/-/healthy", timeout=5, verify=str(tls_files["ca"]),
+                        cert=str(tls_files["client"])).status_code == 200
+    assert "Traceback" not in exporter.output()
+
+
+@pytest.mark.parametrize(("allowed", "admitted"), [("[prometheus.example, other.example]", True),
+                                                   ("[grafana.example]", False)])
+def test_client_allowed_sans_admit_only_certificates_naming_one(
+    start_exporter, tmp_path: Path, tls_files, allowed: str, admitted: bool
+) -> None:
+    config = _web_config(tmp_path, f"""tls_server_config:
+  cert_file: {tls_files['cert']}
+  key_file: {tls_files['key']}
+  client_auth_type: RequireAndVerifyClientCert
+  client_ca_file: {tls_files['ca']}
+  client_allowed_sans: {allowed}
+""")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
+                               f"--web.config.file={config}"], wait=False)
+    from tests.conftest import wait_http
+
+    client = {"verify": str(tls_files["ca"]), "cert": str(tls_files["client"])}
+    if admitted:
+        assert wait_http(_https(exporter) + "/metrics", **client).status_code == 200
+        return
+    deadline = time.monotonic() + 30
+    while True:  # listening (the handshake itself would succeed: the SANs are checked after it)
+        try:
+            socket.create_connection(("127.0.0.1", exporter.port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and exporter.proc.poll() is None, exporter.output()
+            time.sleep(0.1)
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(_https(exporter) + "/-/healthy", timeout=5, **client)  # type: ignore[arg-type]
+    assert exporter.proc.poll() is None
 
 
 def _refused(args: list[str]) -> str:
@@ -149,6 +188,8 @@ def _refused(args: list[str]) -> str:
         ("tls_server_conifg:\n  cert_file: a\n", "tls_server_conifg: unknown key"),
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "cert_file"),
         ("basic_auth_users: [1, 2]\n", "basic_auth_users: must be a mapping"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+         "tls_server_config.cipher_suites: not supported"),
         ("{{{", "not valid YAML"),
     ],
 )
@@ -156,10 +197,18 @@ def test_bad_web_config_is_refused_at_start_naming_the_key(tmp_path: Path, conte
     assert names in _refused([f"--web.config.file={_web_config(tmp_path, content)}"])
 
 
-def test_bad_client_auth_type_named(tmp_path: Path, tls_files) -> None:
+@pytest.mark.parametrize(("settings", "names"), [
+    ("client_auth_type: Sometimes", "client_auth_type: 'Sometimes'"),
+    # Regression: served without asking for any client certificate at all.
+    ("client_auth_type: RequireAnyClientCert", "client_ca_file: required when client_auth_type is Require"),
+    ("client_allowed_sans: [prometheus.example]", "client_allowed_sans: needs client_auth_type"),
+])
+def test_bad_client_certificate_settings_are_refused_naming_the_key(
+    tmp_path: Path, tls_files, settings: str, names: str
+) -> None:
     config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
-                                   f"  key_file: {tls_files['key']}\n  client_auth_type: Sometimes\n")
-    assert "client_auth_type: 'Sometimes'" in _refused([f"--web.config.file={config}"])
+                                   f"  key_file: {tls_files['key']}\n  {settings}\n")
+    assert names in _refused([f"--web.config.file={config}"])
 
 
 @pytest.mark.parametrize(
@@ -191,7 +240,5 @@ def test_minimum_tls_version_is_enforced(start_exporter, tmp_path: Path, tls_fil
     wait_http(_https(exporter) + "/-/healthy", verify=str(tls_files["ca"]))
     client = ssl.create_default_context(cafile=str(tls_files["ca"]))
     client.maximum_version = ssl.TLSVersion.TLSv1_2
-    import socket
-
     with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
         client.wrap_socket(raw, server_hostname="127.0.0.1").do_handshake()
