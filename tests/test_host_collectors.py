@@ -218,11 +218,25 @@ def test_network_values_follow_the_fixture() -> None:
     assert (net / "docker0" / "speed").read_text().strip() == "-1"
     assert registry.get_sample_value("bottleneck_network_speed_bytes", {"device": "docker0"}) is None
     assert registry.get_sample_value("bottleneck_network_up", {"device": "docker0"}) == 0
-    counters = HOST / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    ports = HOST / "sys" / "class" / "infiniband" / "mlx5_0" / "ports"
+    port1 = {"device": "mlx5_0", "port": "1"}
     for name, filename in (("received", "port_rcv_data"), ("transmitted", "port_xmit_data")):
-        words = int((counters / filename).read_text())
-        assert registry.get_sample_value(f"bottleneck_infiniband_port_{name}_bytes_total",
-                                         {"device": "mlx5_0", "port": "1"}) == words * 4
+        words = int((ports / "1" / "counters" / filename).read_text())
+        assert registry.get_sample_value(f"bottleneck_infiniband_port_{name}_bytes_total", port1) == words * 4
+    for name, filename in (("received_packets", "port_rcv_packets"), ("transmitted_packets", "port_xmit_packets"),
+                           ("receive_errors", "port_rcv_errors"), ("transmit_discards", "port_xmit_discards"),
+                           ("transmit_wait", "port_xmit_wait"), ("link_downed", "link_downed")):
+        raw = int((ports / "1" / "counters" / filename).read_text())
+        assert registry.get_sample_value(f"bottleneck_infiniband_port_{name}_total", port1) == raw, name
+    for port in ("1", "2"):
+        gigabits = float((ports / port / "rate").read_text().split()[0])
+        labels = {"device": "mlx5_0", "port": port}
+        assert registry.get_sample_value("bottleneck_infiniband_port_speed_bytes", labels) == gigabits * 1e9 / 8
+        active = (ports / port / "state").read_text().strip().endswith("ACTIVE")
+        assert registry.get_sample_value("bottleneck_infiniband_port_up", labels) == (1 if active else 0)
+    # Port 2 has only the data counters: the others are left out, not zero.
+    assert registry.get_sample_value("bottleneck_infiniband_port_received_packets_total",
+                                     {"device": "mlx5_0", "port": "2"}) is None
 
 
 # ---- device selection ----

@@ -1,12 +1,13 @@
-"""Network traffic per interface, link speed and state, and InfiniBand port traffic.
+"""Network traffic per interface, link speed and state, and InfiniBand port counters, rate and state.
 
 Reads /proc/net/dev (counters), /sys/class/net/<device>/{speed,operstate} and
-/sys/class/infiniband/<hca>/ports/<port>/counters/port_{rcv,xmit}_data. The loopback is left out by
+/sys/class/infiniband/<hca>/ports/<port>/{rate,state,counters/*}. The loopback is left out by
 ``device-exclude``; ``device-include`` adds interfaces back. ::
 
     bottleneck_network_receive_bytes_total{device="eth0"} 9.1325112e+07
     bottleneck_network_speed_bytes{device="eth0"} 1.25e+09
     bottleneck_infiniband_port_received_bytes_total{device="mlx5_0",port="1"} 4.0e+12
+    bottleneck_infiniband_port_speed_bytes{device="mlx5_0",port="1"} 2.5e+10
 """
 
 from __future__ import annotations
@@ -43,6 +44,31 @@ _SPEED_UNKNOWN = (-1, 0xFFFFFFFF)
 # port_rcv_data / port_xmit_data are "data octets, divided by 4 (lanes)" (Documentation/ABI/stable/
 # sysfs-class-infiniband; mlx5 reports its octet counters shifted right by 2), so bytes = value x 4.
 _INFINIBAND_BYTES_PER_UNIT = 4
+
+# (file under ports/<port>/counters, metric, help, multiplier). NCCL over verbs shows only here, never in
+# /proc/net/dev; errors, discards and transmit wait (congestion: data queued but no credits to send) are
+# what tells a slow all-reduce caused by the fabric from one caused by the GPUs.
+_INFINIBAND_COUNTERS = (
+    ("port_rcv_data", "bottleneck_infiniband_port_received_bytes_total",
+     "Data received on an InfiniBand port (port_rcv_data x 4).", _INFINIBAND_BYTES_PER_UNIT),
+    ("port_xmit_data", "bottleneck_infiniband_port_transmitted_bytes_total",
+     "Data transmitted on an InfiniBand port (port_xmit_data x 4).", _INFINIBAND_BYTES_PER_UNIT),
+    ("port_rcv_packets", "bottleneck_infiniband_port_received_packets_total",
+     "Packets received on an InfiniBand port (port_rcv_packets).", 1),
+    ("port_xmit_packets", "bottleneck_infiniband_port_transmitted_packets_total",
+     "Packets transmitted on an InfiniBand port (port_xmit_packets).", 1),
+    ("port_rcv_errors", "bottleneck_infiniband_port_receive_errors_total",
+     "Packets received with errors on an InfiniBand port (port_rcv_errors).", 1),
+    ("port_xmit_discards", "bottleneck_infiniband_port_transmit_discards_total",
+     "Outbound packets discarded because the port was down or congested (port_xmit_discards).", 1),
+    ("port_xmit_wait", "bottleneck_infiniband_port_transmit_wait_total",
+     "Ticks (device-specific length) in which the port had data to send but no flow-control credits "
+     "(port_xmit_wait); its growth means fabric congestion.", 1),
+    ("link_downed", "bottleneck_infiniband_port_link_downed_total",
+     "Times the InfiniBand link went down (link_downed).", 1),
+)
+# ports/<port>/rate reads "200 Gb/sec (4X HDR)"; state reads "4: ACTIVE".
+_INFINIBAND_ACTIVE = "ACTIVE"
 
 
 def parse_net_dev(text: str) -> dict[str, list[int]]:
@@ -117,20 +143,41 @@ class NetworkCollector:
                 yield family
 
     def _infiniband(self) -> Iterable[Metric]:
-        received = CounterMetricFamily("bottleneck_infiniband_port_received_bytes_total",
-                                       "Data received on an InfiniBand port (port_rcv_data x 4).",
-                                       labels=["device", "port"])
-        transmitted = CounterMetricFamily("bottleneck_infiniband_port_transmitted_bytes_total",
-                                          "Data transmitted on an InfiniBand port (port_xmit_data x 4).",
-                                          labels=["device", "port"])
+        labels = ["device", "port"]
+        counters = [(filename, CounterMetricFamily(name.removesuffix("_total"), help_text, labels=labels),
+                     multiplier) for filename, name, help_text, multiplier in _INFINIBAND_COUNTERS]
+        speed = GaugeMetricFamily("bottleneck_infiniband_port_speed_bytes",
+                                  "Link rate of an InfiniBand port in bytes per second (ports/<port>/rate).",
+                                  labels=labels)
+        up = GaugeMetricFamily("bottleneck_infiniband_port_up",
+                               "1 when the InfiniBand port's state is ACTIVE, else 0 (ports/<port>/state).",
+                               labels=labels)
         root = os.path.join(self.sysfs, "class", "infiniband")
         for hca in list_dir(root):
             for port in list_dir(os.path.join(root, hca, "ports")):
-                counters = os.path.join(root, hca, "ports", port, "counters")
-                for family, filename in ((received, "port_rcv_data"), (transmitted, "port_xmit_data")):
-                    value = read_int(os.path.join(counters, filename))
+                port_dir = os.path.join(root, hca, "ports", port)
+                for filename, family, multiplier in counters:
+                    value = read_int(os.path.join(port_dir, "counters", filename))
                     if value is not None:
-                        family.add_metric([hca, port], value * _INFINIBAND_BYTES_PER_UNIT)
-        for family in (received, transmitted):
-            if family.samples:
-                yield family
+                        family.add_metric([hca, port], value * multiplier)
+                rate = _parse_infiniband_rate(read_text(os.path.join(port_dir, "rate")))
+                if rate is not None:
+                    speed.add_metric([hca, port], rate)
+                state = read_text(os.path.join(port_dir, "state"))
+                if state is not None:
+                    up.add_metric([hca, port], 1.0 if _INFINIBAND_ACTIVE in state else 0.0)
+        counter_families: list[Metric] = [family for _, family, _ in counters]
+        for metric in (*counter_families, speed, up):
+            if metric.samples:
+                yield metric
+
+
+def _parse_infiniband_rate(text: str | None) -> float | None:
+    """Bytes per second from "200 Gb/sec (4X HDR)"; None when unreadable."""
+    fields = (text or "").split()
+    if len(fields) < 2 or fields[1] != "Gb/sec":
+        return None
+    try:
+        return float(fields[0]) * 1e9 / 8
+    except ValueError:
+        return None
