@@ -19,8 +19,8 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, Option, parse_regex, register
-from exporter.devicefilter import DeviceFilter
+from exporter.collectors.base import Context, register
+from exporter.devicefilter import DeviceFilter, device_filter_options
 from exporter.procfs import list_dir, read_text
 
 DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|sr)\d+$"
@@ -80,19 +80,13 @@ def _is_partition_of(name: str, parent: str) -> bool:
 @register(
     "disk",
     help="Block-device I/O per whole disk: bytes, operations, time, utilisation, queue (/proc/diskstats).",
-    options=(
-        Option("device-exclude", DEFAULT_EXCLUDE,
-               "Regex of disk names to leave out (searched, not anchored).", parse_regex),
-        Option("device-include", "", "Regex of device names to export even when they are partitions or match "
-               "device-exclude; empty matches nothing.", parse_regex),
-    ),
+    options=device_filter_options(DEFAULT_EXCLUDE, "disk", "are partitions or match device-exclude"),
 )
 class DiskCollector:
     def __init__(self, ctx: Context) -> None:
         self.procfs = ctx.procfs
         self.sysfs = ctx.sysfs
-        self.filter = DeviceFilter(ctx.options.get("device-exclude", DEFAULT_EXCLUDE),
-                                   ctx.options.get("device-include", ""))
+        self.filter = DeviceFilter.from_options(ctx.options, DEFAULT_EXCLUDE)
 
     def collect(self) -> Iterable[Metric]:
         devices = parse_diskstats(read_text(os.path.join(self.procfs, "diskstats")) or "")

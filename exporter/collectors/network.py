@@ -17,8 +17,8 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, Option, parse_regex, register
-from exporter.devicefilter import DeviceFilter
+from exporter.collectors.base import Context, register
+from exporter.devicefilter import DeviceFilter, device_filter_options
 from exporter.procfs import list_dir, read_int, read_text
 
 DEFAULT_EXCLUDE = r"^lo$"
@@ -87,21 +87,13 @@ def parse_net_dev(text: str) -> dict[str, list[int]]:
     "network",
     help="Network traffic, errors and drops per interface, link speed and state, InfiniBand port traffic "
     "(/proc/net/dev, /sys/class/net, /sys/class/infiniband).",
-    options=(
-        Option("device-exclude", DEFAULT_EXCLUDE,
-               "Regex of interface names to leave out (searched, not anchored).", parse_regex),
-        Option("device-include", "",
-               "Regex of interface names to export even when they match device-exclude; "
-               "empty matches nothing.",
-               parse_regex),
-    ),
+    options=device_filter_options(DEFAULT_EXCLUDE, "interface", "match device-exclude"),
 )
 class NetworkCollector:
     def __init__(self, ctx: Context) -> None:
         self.procfs = ctx.procfs
         self.sysfs = ctx.sysfs
-        self.filter = DeviceFilter(ctx.options.get("device-exclude", DEFAULT_EXCLUDE),
-                                   ctx.options.get("device-include", ""))
+        self.filter = DeviceFilter.from_options(ctx.options, DEFAULT_EXCLUDE)
 
     def collect(self) -> Iterable[Metric]:
         interfaces = parse_net_dev(read_text(os.path.join(self.procfs, "net", "dev")) or "")
