@@ -67,7 +67,8 @@ HELP = {
         "1 while this clock-event (throttle) reason holds clocks down; gpu_idle, applications_clocks_setting "
         "and display_clock_setting are benign.",
     "bottleneck_gpu_throttled_seconds_total":
-        "Time clocks were held below target, by cause (nvmlDeviceGetViolationStatus).",
+        "Time clocks were held below target, by cause (nvmlDeviceGetViolationStatus); total_app_clocks and "
+        "total_base_clocks are totals over the other causes, so never sum over reason.",
     "bottleneck_gpu_pcie_link_generation": "Current PCIe link generation (drops when idle by design).",
     "bottleneck_gpu_pcie_link_max_generation": "Maximum PCIe link generation of the GPU and slot.",
     "bottleneck_gpu_pcie_link_width": "Current PCIe link width in lanes.",

@@ -109,7 +109,8 @@ class TrainingCollector:
                                  labels=[*_LABELS, "job", "discovered_by"])
         cpu = CounterMetricFamily("bottleneck_training_cpu_seconds",
                                   "CPU time of the trainer's threads and its DataLoader workers' threads, by "
-                                  "thread role, counted from when the exporter first saw each thread.",
+                                  "thread role; kept from falling when threads exit (their time since the "
+                                  "last scrape is lost).",
                                   labels=[*_LABELS, "role", "mode"])
         busiest = GaugeMetricFamily("bottleneck_training_busiest_thread_cpu_ratio",
                                     "CPU of the busiest thread of the role as a share of one core, since the "
