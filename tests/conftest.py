@@ -60,8 +60,9 @@ class ExporterProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args]
-        # Output goes to a file, not a pipe: a pipe nobody drains would block a chatty exporter.
-        self.log = tempfile.TemporaryFile(mode="w+")
+        # Output goes to a file, not a pipe: a pipe nobody drains would block a chatty exporter. The file
+        # lives as long as this object (output() reads it after stop()), hence no context manager.
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
 
