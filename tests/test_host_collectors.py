@@ -418,9 +418,8 @@ def test_live_values_lie_between_the_kernels_own_readings() -> None:
         for column, name, multiplier, divisor in ((2, "bottleneck_disk_read_bytes_total", 512, 1),
                                                   (6, "bottleneck_disk_written_bytes_total", 512, 1),
                                                   (9, "bottleneck_disk_io_time_seconds_total", 1, 1000)):
-            low = before_disk[device][column] * multiplier / divisor
-            high = after_disk[device][column] * multiplier / divisor
-            assert low <= value(name, device=device) <= high, (device, name)
+            assert (before_disk[device][column] * multiplier / divisor <= value(name, device=device)
+                    <= after_disk[device][column] * multiplier / divisor), (device, name)
 
     interfaces = {dict(labels)["device"] for name, labels in samples
                   if name == "bottleneck_network_receive_bytes_total"}

@@ -229,7 +229,7 @@ def test_ranks_without_gpu_discovery_are_still_found_by_cmdline_but_not_their_he
 def test_empty_cmdline_include_turns_command_line_discovery_off(tmp_path: Path) -> None:
     registry = as_registry(training_collector(FixtureNode(tmp_path).proc, None,
                                               "--collector.training.cmdline-include="))
-    discovered = {s.labels["discovered_by"] for s in registry.collect() for s in s.samples if s.name == INFO}
+    discovered = {s.labels["discovered_by"] for f in registry.collect() for s in f.samples if s.name == INFO}
     assert discovered == {"dataloader_workers", "gpu"}
 
 

@@ -155,9 +155,9 @@ def test_client_allowed_sans_admit_only_certificates_naming_one(
                                f"--web.config.file={config}"], wait=False)
     from tests.conftest import wait_http
 
-    client = {"verify": str(tls_files["ca"]), "cert": str(tls_files["client"])}
+    ca, cert = str(tls_files["ca"]), str(tls_files["client"])
     if admitted:
-        assert wait_http(_https(exporter) + "/metrics", **client).status_code == 200
+        assert wait_http(_https(exporter) + "/metrics", verify=ca, cert=cert).status_code == 200
         return
     deadline = time.monotonic() + 30
     while True:  # listening (the handshake itself would succeed: the SANs are checked after it)
@@ -168,7 +168,7 @@ def test_client_allowed_sans_admit_only_certificates_naming_one(
             assert time.monotonic() < deadline and exporter.proc.poll() is None, exporter.output()
             time.sleep(0.1)
     with pytest.raises(requests.exceptions.ConnectionError):
-        requests.get(_https(exporter) + "/-/healthy", timeout=5, **client)  # type: ignore[arg-type]
+        requests.get(_https(exporter) + "/-/healthy", timeout=5, verify=ca, cert=cert)
     assert exporter.proc.poll() is None
 
 
