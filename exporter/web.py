@@ -48,6 +48,14 @@ class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 
+class _DualStackServer(_V6Server):
+    """``:9847`` means every address, IPv6 as well as IPv4, as it does for node_exporter (Go's listener)."""
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
 def serve(
     address: str,
     registry: CollectorRegistry,
@@ -123,7 +131,11 @@ def serve(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.client_address[0], *args)
 
-    server_class = _V6Server if ":" in host else _Server
+    server_class: type[_Server] = _Server
+    if ":" in host:
+        server_class = _V6Server
+    elif not host and socket.has_dualstack_ipv6():
+        server_class, host = _DualStackServer, "::"
     server = server_class((host, port), Handler)
     server.ssl_context = web.ssl_context
     return server

@@ -56,10 +56,11 @@ def wait_http(url: str, timeout: float = 20.0, **kwargs: object) -> requests.Res
 
 
 class ExporterProcess:
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 listen: str = "127.0.0.1:{port}") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args]
+        cmd = [sys.executable, "-m", "exporter", f"--web.listen-address={listen.format(port=self.port)}", *args]
         # Output goes to a file, not a pipe: a pipe nobody drains would block a chatty exporter. The file
         # lives as long as this object (output() reads it after stop()), hence no context manager.
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115

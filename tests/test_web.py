@@ -59,6 +59,18 @@ def test_landing_health_ready_and_404(start_exporter) -> None:
     assert requests.get(exporter.url + "/nope", timeout=5).status_code == 404
 
 
+def test_empty_host_listens_on_ipv4_and_ipv6_like_node_exporter() -> None:
+    # Regression: ":port" bound 0.0.0.0 only, so an IPv6-only cluster could not scrape the default address.
+    exporter = ExporterProcess(["--collector.disable-defaults", "--collector.memory"], listen=":{port}")
+    try:
+        exporter.wait_ready()
+        # Without IPv6 on the machine the exporter falls back to IPv4 alone.
+        for host in ("127.0.0.1", "[::1]") if socket.has_dualstack_ipv6() else ("127.0.0.1",):
+            assert requests.get(f"http://{host}:{exporter.port}/-/healthy", timeout=5).status_code == 200, host
+    finally:
+        exporter.stop()
+
+
 def test_custom_telemetry_path_and_disabled_exporter_metrics(start_exporter) -> None:
     exporter = start_exporter(["--collector.disable-defaults", "--collector.memory",
                                "--web.telemetry-path=/stats", "--web.disable-exporter-metrics"])
