@@ -135,6 +135,10 @@ def run_exporter(argv: Sequence[str]) -> int:
     training = TrainingRegistry()
     try:
         parse_listen_address(args.listen_address)
+        if not args.telemetry_path.startswith("/") or args.telemetry_path in ("/", "/-/healthy", "/-/ready"):
+            # Otherwise no request would ever match it, or it would hide the landing page or a probe.
+            raise ConfigError(f"--web.telemetry-path: expected a path such as /metrics, got "
+                              f"{args.telemetry_path!r}")
         file_config = load_yaml(args.config_file) if args.config_file else {}
         collectors = build_collectors(args, file_config, training)
         web_config = load_web_config(args.web_config_file) if args.web_config_file else None

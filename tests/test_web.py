@@ -242,6 +242,10 @@ def test_bad_listen_address_is_refused() -> None:
     assert "expected [host]:port" in _refused(["--web.listen-address=nonsense"])
 
 
+def test_telemetry_path_no_request_could_reach_is_refused() -> None:
+    assert "--web.telemetry-path: expected a path" in _refused(["--web.telemetry-path=metrics"])
+
+
 def test_minimum_tls_version_is_enforced(start_exporter, tmp_path: Path, tls_files) -> None:
     config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
                                    f"  key_file: {tls_files['key']}\n  min_version: TLS13\n")
