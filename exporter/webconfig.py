@@ -50,6 +50,12 @@ _TLS_KEYS = {
 # that restricts ciphers never silently runs with OpenSSL's defaults.
 _UNSUPPORTED_TLS_KEYS = {"cipher_suites", "curve_preferences"}
 _TOP_KEYS = {"tls_server_config", "basic_auth_users", "http_server_config"}
+# exporter-toolkit's list: security headers only. Anything else (Content-Length, Content-Type) would
+# contradict what the server itself sends.
+_SETTABLE_HEADERS = {
+    "Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection",
+    "Content-Security-Policy",
+}
 
 
 @dataclasses.dataclass
@@ -134,6 +140,10 @@ def load_web_config(path: str) -> WebConfig:
     for key, value in http.items():
         if key == "headers":
             config.headers = {str(k): str(v) for k, v in _require_mapping(value, f"{path}: headers").items()}
+            for header in config.headers:
+                if header not in _SETTABLE_HEADERS:
+                    raise ConfigError(f"{path}: http_server_config.headers.{header}: not one of "
+                                      f"{', '.join(sorted(_SETTABLE_HEADERS))}")
         elif key != "http2":
             raise ConfigError(f"{path}: http_server_config.{key}: unknown key (known: headers, http2)")
 

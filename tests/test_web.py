@@ -200,6 +200,7 @@ def _refused(args: list[str]) -> str:
         ("tls_server_conifg:\n  cert_file: a\n", "tls_server_conifg: unknown key"),
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "cert_file"),
         ("basic_auth_users: [1, 2]\n", "basic_auth_users: must be a mapping"),
+        ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "headers.Content-Length: not one of"),
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
          "tls_server_config.cipher_suites: not supported"),
         ("{{{", "not valid YAML"),
