@@ -377,3 +377,39 @@ def test_gpu_phases_are_harvested_steps_later_in_a_real_training_loop():
     snapshot = validate(encode(session.payload()))
     assert snapshot.gpu is not None and snapshot.gpu.busy_seconds == pytest.approx(gpu.busy_seconds)
     session.close()
+
+
+class ScaledLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.layer(x) * scale
+
+
+def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp_path):
+    import copy
+    import inspect
+
+    model = ScaledLinear()
+    signature = inspect.signature(model.forward)
+    session = Session(address="off")
+    instrument([torch.randn(3, 4)], model=model, session=session)
+    assert type(model.__dict__["forward"]).__name__ == "TimedForward"
+    assert inspect.signature(model.forward) == signature  # libraries that inspect forward see the original
+
+    twin = copy.deepcopy(model)  # an EMA model, say: a plain copy, not timed
+    assert "TimedForward" not in type(twin.forward).__name__ and twin.forward.__self__ is twin
+    torch.save(model, tmp_path / "model.pt")  # the whole module, sockets and all, must pickle
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    x = torch.randn(3, 4)
+    assert torch.equal(loaded(x), model(x)) and torch.equal(twin(x), model(x))
+
+    forward_seconds = session.clock.phase_totals[FORWARD]
+    assert forward_seconds > 0  # the model(x) calls above, with grad enabled
+    with torch.no_grad():
+        model(x)  # evaluation is not a training forward
+    assert session.clock.phase_totals[FORWARD] == forward_seconds
+    session.close()  # closing puts the original forward back
+    assert "forward" not in model.__dict__

@@ -91,7 +91,7 @@ class _InstrumentedIterator:
         session = self._session
         if session.active:
             try:
-                if self._step_per_batch and session.clock.started:
+                if self._step_per_batch and session.clock._since is not None:
                     session.end_step()
                 session.mark(DATA_WAIT)
             except Exception:
@@ -108,8 +108,7 @@ class _InstrumentedIterator:
             raise
         if session.active:
             try:
-                session.mark(OTHER)
-                session.add_batch(batch)
+                session.fetched(batch)
             except Exception:
                 session.failed("after fetching a batch")
         return batch

@@ -26,9 +26,6 @@ from typing import Any
 
 from exporter.hook.identity import identify
 from exporter.hook.timing import (
-    BACKWARD,
-    DATA_WAIT,
-    FORWARD,
     GPU_PHASE_NAMES,
     OPTIMIZER,
     OTHER,
@@ -57,6 +54,10 @@ def _interval(given: float | None) -> float:
     except (TypeError, ValueError):
         seconds = DEFAULT_INTERVAL
     return min(max(seconds, 0.05), 60.0) if seconds == seconds else DEFAULT_INTERVAL
+
+
+def _always() -> bool:
+    return True
 
 
 def first_dimension(batch: Any, depth: int = 0) -> int | None:
@@ -131,15 +132,19 @@ class Session:
         self.interval = _interval(interval)
         self.samples = samples
         self.device = "cpu"
-        self.gpu: GpuTimer | None = GpuTimer(gpu_event_factory) if gpu_event_factory is not None else None
+        self.gpu: GpuTimer | None = None
+        # The hot path: without a GPU a mark is just the clock's switch (one call, no indirection).
+        self.mark: Callable[[int], float] = self.clock.switch
+        if gpu_event_factory is not None:
+            self.enable_gpu(GpuTimer(gpu_event_factory))
         self.loader: dict[str, Any] | None = None
         self.worker_pids: list[int] = []
         self.seq = 0
         self._cuda_index: int | None = None
-        self._device_checked = False
-        self._forward_depth = 0
-        self._count_in_forward = False
-        self._grad_enabled: Callable[[], bool] = lambda: True
+        # Read by exporter.hook.forward.TimedForward on every forward.
+        self.device_checked = False
+        self.in_forward = False
+        self.grad_enabled: Callable[[], bool] = _always
         self._handles: list[Any] = []
         self._next_flush = self.clock.clock() + self.interval
         self._last_step_mark: float | None = None
@@ -156,10 +161,17 @@ class Session:
             self._remove_hooks()
 
     # -- marks (called by the adapters) ------------------------------------------------------------------
-    def mark(self, phase: int) -> None:
-        self.clock.switch(phase)
+    # ``mark(phase)`` (an attribute set in __init__ / enable_gpu) closes the running phase and opens another.
+
+    def enable_gpu(self, timer: GpuTimer) -> None:
+        self.gpu = timer
+        self.mark = self._mark_with_gpu
+
+    def _mark_with_gpu(self, phase: int) -> float:
+        now = self.clock.switch(phase)
         if self.gpu is not None:
             self.gpu.mark(phase)
+        return now
 
     def end_step(self) -> None:
         now = self.clock.end_step()
@@ -168,6 +180,19 @@ class Session:
             self.gpu.end_step()
         if now >= self._next_flush:
             self.flush(now)
+
+    def fetched(self, batch: Any) -> None:
+        """A batch left the loader: close the data wait and count its samples."""
+        self.mark(OTHER)
+        if self.samples is None:
+            # The common batch shapes inline (tensor, or a tuple/list starting with one); the rest generically.
+            shape = getattr(batch, "shape", None)
+            if shape is None and type(batch) in (tuple, list) and batch:
+                shape = getattr(batch[0], "shape", None)
+            if shape:
+                self.clock._pending_samples += shape[0]
+                return
+        self.add_batch(batch)
 
     def add_batch(self, batch: Any) -> None:
         """Count the samples of one (micro-)batch."""
@@ -184,12 +209,13 @@ class Session:
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
+        """Time the model's outermost forward (see exporter.hook.forward for why not a module hook)."""
         import torch
 
-        self._grad_enabled = torch.is_grad_enabled
-        self._count_in_forward = count_samples_in_forward
-        self._handles.append(model.register_forward_pre_hook(self._forward_pre, with_kwargs=True))
-        self._handles.append(model.register_forward_hook(self._forward_post, always_call=True))
+        from exporter.hook.forward import TimedForward
+
+        self.grad_enabled = torch.is_grad_enabled
+        self._handles.append(TimedForward(self, model, count_samples_in_forward))
 
     def attach_optimizer(self, optimizer: Any) -> bool:
         pre = getattr(optimizer, "register_step_pre_hook", None)
@@ -215,7 +241,7 @@ class Session:
 
     def check_device(self, model: Any) -> None:
         """Turn on CUDA-event timing once the model's parameters are found on a CUDA device."""
-        self._device_checked = True
+        self.device_checked = True
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
@@ -225,34 +251,9 @@ class Session:
         self._cuda_index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = f"cuda:{self._cuda_index}"
         if self.gpu is None:
-            self.gpu = GpuTimer(lambda: torch.cuda.Event(enable_timing=True))
+            self.enable_gpu(GpuTimer(lambda: torch.cuda.Event(enable_timing=True)))
 
-    # -- torch hooks (signatures fixed by torch) ----------------------------------------------------------
-    def _forward_pre(self, module: Any, args: Any, kwargs: Any) -> None:
-        if not self.active or not self._grad_enabled():
-            return
-        try:
-            if not self._device_checked:
-                self.check_device(module)
-            self._forward_depth += 1
-            if self._forward_depth == 1:
-                self.mark(FORWARD)
-                if self._count_in_forward:
-                    self.add_batch(args if args else kwargs)
-        except Exception:
-            self.failed("forward pre-hook")
-
-    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
-        if not self.active or self._forward_depth == 0:
-            return
-        try:
-            self._forward_depth -= 1
-            if self._forward_depth == 0:
-                # Until the next mark the time is loss and backward(): it is "backward".
-                self.mark(BACKWARD)
-        except Exception:
-            self.failed("forward hook")
-
+    # -- optimizer hooks (signatures fixed by torch) -------------------------------------------------------
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
@@ -338,4 +339,3 @@ class Session:
         atexit.unregister(self.close)
 
 
-__all__ = ["BACKWARD", "DATA_WAIT", "FORWARD", "OPTIMIZER", "OTHER", "Session", "first_dimension"]
