@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +18,6 @@ class RegisteredProcess:
     rank: str
     local_rank: str
     worker_pids: tuple[int, ...] = ()
-    last_seen: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class TrainingRegistry:
@@ -34,12 +32,6 @@ class TrainingRegistry:
     def forget(self, pid: int) -> None:
         with self._lock:
             self._by_pid.pop(pid, None)
-
-    def expire(self, older_than: float) -> None:
-        """Drop processes whose last datagram is older than ``older_than`` (a time.monotonic() value)."""
-        with self._lock:
-            for pid in [p for p, proc in self._by_pid.items() if proc.last_seen < older_than]:
-                del self._by_pid[pid]
 
     def processes(self) -> list[RegisteredProcess]:
         with self._lock:

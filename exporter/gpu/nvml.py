@@ -99,8 +99,6 @@ _SAMPLE_FIELD = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
 }
 
-MIB = 1024 * 1024
-
 
 def _nvml(fn: Callable[..., T], *args: Any) -> T:
     """The choke point: every NVML call, with NVML's error codes translated into the backend's errors."""

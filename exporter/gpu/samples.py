@@ -38,10 +38,6 @@ class UtilizationHistogram:
             newest = max(newest, sample.timestamp_us)
         self.last_seen_us = newest
 
-    @property
-    def count(self) -> int:
-        return sum(self._counts)
-
     def cumulative_buckets(self) -> list[tuple[str, float]]:
         result = []
         running = 0
