@@ -237,6 +237,7 @@ def test_nvml_errors_are_translated_at_the_choke_point() -> None:
     for code, expected in ((pynvml.NVML_ERROR_NOT_SUPPORTED, NotSupported),
                            (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, FunctionNotFound),
                            (pynvml.NVML_ERROR_GPU_IS_LOST, GpuLost),
+                           (pynvml.NVML_ERROR_RESET_REQUIRED, GpuLost),
                            (pynvml.NVML_ERROR_NOT_FOUND, NoData),
                            (pynvml.NVML_ERROR_TIMEOUT, BackendError)):
         with pytest.raises(BackendError) as raised:

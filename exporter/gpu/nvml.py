@@ -54,6 +54,9 @@ _ERRORS: dict[int, type[BackendError]] = {
     pynvml.NVML_ERROR_NOT_SUPPORTED: NotSupported,
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: FunctionNotFound,
     pynvml.NVML_ERROR_GPU_IS_LOST: GpuLost,
+    # After an XID 79 or a double-bit ECC error NVML may answer "reset required" instead of "lost": the
+    # GPU is just as unusable and must read down, not up with its series missing.
+    pynvml.NVML_ERROR_RESET_REQUIRED: GpuLost,
     pynvml.NVML_ERROR_NOT_FOUND: NoData,
     pynvml.NVML_ERROR_NO_DATA: NoData,
 }
