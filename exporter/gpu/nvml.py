@@ -17,6 +17,7 @@ same protocol, and run this module for real only on the "no NVML" path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -175,6 +176,10 @@ class NvmlBackend:
         self._init()
         result: list[Device] = []
         for key in self._top:
+            if self._handles[key] is None:
+                # Lost before it could be enumerated: ask again, it may be back after a reset.
+                with contextlib.suppress(BackendError):
+                    self._handles[key] = _nvml(pynvml.nvmlDeviceGetHandleByIndex, int(key))
             result.append(Device(key))
             result.extend(self._mig_devices(key))
         return result
