@@ -35,6 +35,7 @@ from exporter.push.receiver import PushReceiver
 from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from exporter.push.store import JobStore
 from exporter.training_registry import TrainingRegistry
+from tests.conftest import require_tool
 
 
 def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
@@ -409,7 +410,11 @@ def test_disable_flag_means_no_receiver():
 def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_path):
     sock = tmp_path / "push.sock"
     exporter = start_exporter(["--collector.disable-defaults", f"--push.socket={sock}"])
-    assert Transport(f"unix://{sock}").send(encode(hook_payload(job="e2e", steps=4)))
+    payload = hook_payload(job="e2e", steps=4)
+    payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
+                      "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
+                      "memory_peak_bytes": 1.5e9}
+    assert Transport(f"unix://{sock}").send(encode(payload))
     assert Transport(f"unix://{sock}").send(b"garbage")
 
     def scraped() -> str:
@@ -417,7 +422,13 @@ def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_
         return text if 'bottleneck_train_steps_total{job="e2e",rank="0"} 4.0' in text else ""
 
     wait_for(scraped, "the pushed steps in a scrape")
-    assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in exporter.scrape()
+    text = exporter.scrape()
+    assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in text
+    assert 'bottleneck_train_cuda_memory_peak_bytes{job="e2e",rank="0"} 1.5e+09' in text
+    checked = subprocess.run([require_tool("promtool"), "check", "metrics"], input=text, capture_output=True,
+                             text=True)
+    assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), \
+        checked.stdout + checked.stderr
 
     refused = subprocess.run([sys.executable, "-m", "exporter", "--web.listen-address=127.0.0.1:0",
                               "--push.listen-udp=192.0.2.1:9999"], capture_output=True, text=True, timeout=60)
