@@ -31,6 +31,7 @@ from exporter.hook.session import Session
 from exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from exporter.hook.transport import Transport
 from exporter.push import settings as push_settings
+from exporter.push.liveness import ProcessTable
 from exporter.push.receiver import PushReceiver
 from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from exporter.push.store import JobStore
@@ -264,6 +265,164 @@ def wait_for(condition: Any, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- hung trainers: silent but alive -----------------------------------------------------------------------------
+# A trainer that pushes one datagram through the real hook transport, says so, then stays alive and silent (as a
+# rank hung in an all-reduce does) until its stdin closes.
+_SILENT_TRAINER = """
+import json, os, sys
+from exporter.hook.transport import Transport
+from exporter.push.schema import encode
+payload = json.loads(sys.argv[2])
+payload["pid"] = os.getpid()
+print("sent" if Transport(sys.argv[1]).send(encode(payload)) else "not sent", flush=True)
+sys.stdin.read()
+"""
+
+
+def silent_trainer(address: str, job: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _SILENT_TRAINER, address, json.dumps(hook_payload(job=job))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
+    return proc
+
+
+def ranks_of(rx: PushReceiver) -> set[str]:
+    return {state.snapshot.job for state in rx.store.ranks()}
+
+
+@pytest.mark.live
+def test_hung_trainer_was_expired_while_alive_and_the_stall_alert_resolved(tmp_path):
+    """Regression: the hook sends only at step ends, so a hung rank fell silent and was dropped after
+    --push.job-expiry, taking BottleneckTrainingStalled with it. Now it stays until its process is gone."""
+    training = TrainingRegistry()
+    rx = PushReceiver(JobStore(8, 4, expiry=0.5, processes=ProcessTable("/proc")), training)
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    hung = finished = None
+    try:
+        hung = silent_trainer(f"unix://{path}", "hung")
+        wait_for(lambda: "hung" in ranks_of(rx), "the hung trainer's datagram")
+        finished = silent_trainer(f"unix://{path}", "finished")
+        wait_for(lambda: "finished" in ranks_of(rx), "the finished trainer's datagram")
+        finished.communicate("")  # exits and is reaped
+        # The finished rank goes once it has been silent past the expiry; the hung one has been silent longer
+        # (it sent first), so the same expiry pass saw it too, and kept it because its process runs.
+        wait_for(lambda: "finished" not in ranks_of(rx), "the finished trainer to expire")
+        assert ranks_of(rx) == {"hung"}
+        assert sample(rx, "bottleneck_train_steps_total", job="hung", rank="0") == 3
+        assert sample(rx, "bottleneck_train_last_step_timestamp_seconds", job="hung", rank="0") is not None
+        assert [p.pid for p in training.processes()] == [hung.pid]
+        # Killed and not yet reaped (a zombie, as under a parent that hangs too): gone, so the rank expires.
+        hung.kill()
+        wait_for(lambda: not rx.store.ranks(), "the killed trainer to expire")
+        assert sample(rx, "bottleneck_train_steps_total", job="hung", rank="0") is None
+        assert training.processes() == []
+    finally:
+        rx.stop()
+        for proc in (hung, finished):
+            if proc is not None:
+                proc.kill()
+                proc.communicate()
+
+
+@pytest.mark.live
+def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path):
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter(["--collector.disable-defaults", f"--push.socket={sock}", "--push.job-expiry=0.5s"])
+    procs = []
+    try:
+        procs.append(silent_trainer(f"unix://{sock}", "hung"))
+        wait_for(lambda: 'job="hung"' in exporter.scrape(), "the hung trainer in a scrape")
+        procs.append(silent_trainer(f"unix://{sock}", "finished"))
+        wait_for(lambda: 'job="finished"' in exporter.scrape(), "the finished trainer in a scrape")
+        procs[1].communicate("")
+        wait_for(lambda: 'job="finished"' not in exporter.scrape(), "the finished trainer to expire")
+        assert 'bottleneck_train_steps_total{job="hung",rank="0"} 3.0' in exporter.scrape()
+        procs[0].communicate("")
+        wait_for(lambda: 'job="hung"' not in exporter.scrape(), "the hung trainer to expire once it exited")
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+
+
+def fake_procfs(root: Path, self_pid: int, processes: dict[int, tuple[str, int]]) -> str:
+    """A /proc tree with ``self`` and ``<pid>/stat`` (state, start time) per process."""
+    root.mkdir(exist_ok=True)
+    if not (root / "self").is_symlink():
+        (root / "self").symlink_to(str(self_pid))
+    for pid, (state, starttime) in processes.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        fields = ["1"] * 50
+        fields[0], fields[19] = state, str(starttime)  # state, starttime (fields 3 and 22 of stat)
+        (root / str(pid) / "stat").write_text(f"{pid} (python3 (train)) {' '.join(fields)}\n")
+    return str(root)
+
+
+@pytest.mark.parametrize(("successor", "after"), [
+    ({4242: ("S", 900)}, "a recycled PID: a new process started on the trainer's PID"),
+    ({4242: ("Z", 100)}, "a zombie"),
+    ({}, "the PID gone"),
+], ids=["recycled_pid", "zombie", "pid_gone"])
+def test_silent_rank_is_kept_only_while_the_same_process_runs(tmp_path, successor, after):
+    now = [1000.0]
+    procfs = fake_procfs(tmp_path / "proc", os.getpid(), {4242: ("S", 100)})
+    rx = PushReceiver(JobStore(8, 4, expiry=60.0, clock=lambda: now[0], processes=ProcessTable(procfs)))
+    payload = hook_payload()
+    payload["pid"] = 4242
+    assert rx.handle(encode(payload), peer_pid=4242)
+    assert rx.store.ranks()[0].process is not None
+    now[0] += 3600
+    rx._expire()
+    assert len(rx.store.ranks()) == 1, "silent for an hour, but its process runs"
+    if successor:
+        fake_procfs(tmp_path / "proc", os.getpid(), successor)
+    else:
+        (tmp_path / "proc" / "4242" / "stat").unlink()
+    rx._expire()
+    assert rx.store.ranks() == [], after
+
+
+@pytest.mark.parametrize("case", ["udp_claims_a_live_pid", "procfs_of_another_pid_namespace",
+                                  "sender_started_after_the_datagram_arrived"])
+def test_silent_rank_expires_when_liveness_cannot_be_told(tmp_path, case):
+    """A PID only claimed by the datagram (UDP: maybe from another PID namespace), a procfs that does not show
+    this exporter's PID namespace, or a PID already reused when its datagram is read: expiry by silence."""
+    now = [1000.0]
+    procfs = fake_procfs(tmp_path / "proc", 1 if case == "procfs_of_another_pid_namespace" else os.getpid(),
+                         {4242: ("S", 10**12 if case.startswith("sender_started") else 100)})
+    rx = PushReceiver(JobStore(8, 4, expiry=60.0, clock=lambda: now[0], processes=ProcessTable(procfs)))
+    payload = hook_payload()
+    payload["pid"] = 4242
+    assert rx.handle(encode(payload), peer_pid=None if case.startswith("udp") else 4242)
+    assert rx.store.ranks()[0].process is None
+    now[0] += 59
+    rx._expire()
+    assert len(rx.store.ranks()) == 1
+    now[0] += 2
+    rx._expire()
+    assert rx.store.ranks() == []
+
+
+@pytest.mark.live
+def test_live_silent_ranks_still_count_against_the_job_bound(tmp_path):
+    rx = PushReceiver(JobStore(max_jobs=1, max_ranks=4, expiry=0.0, processes=ProcessTable("/proc")))
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    try:
+        assert Transport(f"unix://{path}").send(encode(hook_payload(job="silent")))
+        wait_for(lambda: rx.store.ranks(), "the datagram")
+        rx._expire()  # silent past an expiry of 0 s, but this process runs: kept
+        assert Transport(f"unix://{path}").send(encode(hook_payload(job="other")))
+        wait_for(lambda: rx.rejected()["too_many_jobs"] == 1, "the second job to be refused")
+        assert ranks_of(rx) == {"silent"}
+    finally:
+        rx.stop()
 
 
 def test_unix_socket_has_tight_permissions_and_kernel_reported_sender(tmp_path):

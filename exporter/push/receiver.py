@@ -10,7 +10,8 @@ prometheus_client collector::
 
 Bad input is counted by reason and dropped; nothing a sender does can raise out of the receive loop. On the
 Unix socket the kernel tells us the sender's PID (SO_PASSCRED), translated into our PID namespace, so a
-trainer in a container is still matched to its process here.
+trainer in a container is still matched to its process here, and a silent rank is kept while that process
+runs (``liveness``): a hung trainer stops sending but must not vanish.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import socket
 import stat
 import struct
 import threading
+import time
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
 from exporter.push.exposition import families
+from exporter.push.liveness import boot_clock
 from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
 from exporter.push.store import JobStore, RankState
 from exporter.training_registry import RegisteredProcess, TrainingRegistry
@@ -39,6 +42,9 @@ _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _ANCILLARY = socket.CMSG_SPACE(_UCRED.size)
 # Datagrams drained per wake-up before expiry runs again: bounds the time one burst can hold the loop.
 _BURST = 512
+# Seconds between expiry passes: each pass reads /proc/PID/stat of every silent rank whose process lives,
+# which busy wake-ups (one per datagram burst) must not repeat many times a second.
+_EXPIRY_INTERVAL = 1.0
 
 
 class PushReceiver:
@@ -114,13 +120,16 @@ class PushReceiver:
 
     def _run(self) -> None:
         socks = {sock.fileno(): (sock, is_unix) for sock, is_unix in self._sockets}
+        next_expiry = 0.0
         while not self._stop.is_set():
             try:
-                ready, _, _ = select.select(list(socks), [], [], 1.0)
+                ready, _, _ = select.select(list(socks), [], [], _EXPIRY_INTERVAL)
                 for fd in ready:
                     sock, is_unix = socks[fd]
                     self._drain(sock, is_unix)
-                self._expire()
+                if time.monotonic() >= next_expiry:
+                    next_expiry = time.monotonic() + _EXPIRY_INTERVAL
+                    self._expire()
             except Exception:
                 if self._stop.is_set():
                     return  # sockets closed under us by stop()
@@ -145,20 +154,25 @@ class PushReceiver:
 
     def _expire(self) -> None:
         for state in self.store.expire():
-            log.info("push: job %s rank %d sent nothing for %.0fs, forgotten", state.snapshot.job,
-                     state.snapshot.rank, self.store.expiry)
+            if state.process is not None:
+                log.info("push: job %s rank %d: its process %d is gone and it sent nothing for %.0fs, "
+                         "forgotten", state.snapshot.job, state.snapshot.rank, state.pid, self.store.expiry)
+            else:
+                log.info("push: job %s rank %d sent nothing for %.0fs, forgotten", state.snapshot.job,
+                         state.snapshot.rank, self.store.expiry)
             if self.training is not None:
                 self.training.forget(state.pid)
 
     # -- one datagram ----------------------------------------------------------------------------------
     def handle(self, data: bytes, peer_pid: int | None = None, truncated: bool = False) -> bool:
         """Validate and store one datagram; returns whether it was accepted. Never raises."""
+        received = boot_clock()
         with self._lock:
             self._datagrams += 1
         try:
             if truncated:
                 raise Rejected("too_large", "datagram truncated")
-            state = self.store.accept(validate(data), peer_pid)
+            state = self.store.accept(validate(data), peer_pid, received)
         except Rejected as err:
             with self._lock:
                 self._rejected[err.reason] += 1

@@ -42,7 +42,9 @@ _SETTINGS: tuple[tuple[str, str, Any, str], ...] = (
     ("allow-non-loopback", "push_allow_non_loopback", False,
      "Allow a non-loopback --push.listen-udp address (anyone who reaches it can push)"),
     ("disable", "push_disable", False, "Run without the push receiver"),
-    ("job-expiry", "push_job_expiry", 600.0, "Forget a job/rank silent for this long (90s, 10m, 1h)"),
+    ("job-expiry", "push_job_expiry", 600.0,
+     "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
+     "process still runs (a hung trainer stays visible until it exits)"),
     ("max-jobs", "push_max_jobs", 32, "Training jobs tracked at once; more are counted and dropped"),
     ("max-ranks-per-job", "push_max_ranks", 64, "Ranks tracked per job; more are counted and dropped"),
 )
@@ -99,10 +101,13 @@ def build_receiver(args: argparse.Namespace, file_config: dict[str, Any],
     if conf["disable"]:
         log.info("push receiver disabled (--push.disable)")
         return None
+    from exporter.push.liveness import ProcessTable
     from exporter.push.receiver import PushReceiver
     from exporter.push.store import JobStore
 
-    store = JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"])
+    # Senders are looked up where the collectors read processes: --path.procfs (/proc without that flag).
+    processes = ProcessTable(getattr(args, "procfs", "/proc"))
+    store = JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"], processes=processes)
     receiver = PushReceiver(store, training)
     if conf["socket_given"]:
         try:

@@ -7,7 +7,9 @@ each; anything beyond is refused with a reason the receiver counts::
     bottleneck_push_rejected_total{reason="too_many_jobs"} 17.0
     bottleneck_push_jobs 32.0
 
-A job/rank that sent nothing for ``expiry`` seconds is forgotten, so finished jobs do not accumulate.
+A job/rank that sent nothing for ``expiry`` seconds is forgotten, so finished jobs do not accumulate, unless
+its sender, identified by the kernel, still runs (``liveness``): a hung trainer sends nothing but must stay
+visible. Such a rank keeps its place in the bounds above until its process is gone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from exporter.push.liveness import ProcessIdentity, ProcessTable
 from exporter.push.schema import Rejected, Snapshot
 
 
@@ -29,22 +32,28 @@ class RankState:
     # Whether snapshot.pid and worker PIDs are valid in this exporter's PID namespace.
     same_pid_namespace: bool
     last_seen: float
+    # The kernel-reported sender with its start time, when its liveness can be checked; None for a PID that
+    # is only claimed (UDP) or could not be read: such a rank expires after ``expiry`` of silence regardless.
+    process: ProcessIdentity | None = None
 
 
 class JobStore:
     def __init__(self, max_jobs: int, max_ranks: int, expiry: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, processes: ProcessTable | None = None) -> None:
         self.max_jobs = max_jobs
         self.max_ranks = max_ranks
         self.expiry = expiry
+        self.processes = processes  # None: expiry by silence only
         self._clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[str, dict[int, RankState]] = {}
 
-    def accept(self, snapshot: Snapshot, peer_pid: int | None = None) -> RankState:
-        """Store a snapshot; raises Rejected (too_many_jobs, too_many_ranks, stale) without storing."""
+    def accept(self, snapshot: Snapshot, peer_pid: int | None = None, received: float | None = None) -> RankState:
+        """Store a snapshot; raises Rejected (too_many_jobs, too_many_ranks, stale) without storing.
+
+        ``peer_pid`` is the sender's PID as the kernel reported it (None when unknown, as on UDP);
+        ``received`` the boot-clock time the datagram arrived (``liveness.boot_clock``)."""
         pid = peer_pid if peer_pid is not None else snapshot.pid
-        state = RankState(snapshot, pid, peer_pid is None or peer_pid == snapshot.pid, self._clock())
         with self._lock:
             ranks = self._jobs.get(snapshot.job)
             if ranks is None:
@@ -58,18 +67,38 @@ class JobStore:
             elif previous.pid == pid and snapshot.seq <= previous.snapshot.seq:
                 # Same process, older or repeated datagram: totals would go backwards.
                 raise Rejected("stale", f"seq {snapshot.seq} <= {previous.snapshot.seq}")
+            process = self._identify(previous, peer_pid, received)
+            state = RankState(snapshot, pid, peer_pid is None or peer_pid == snapshot.pid, self._clock(),
+                              process)
             ranks[snapshot.rank] = state
         return state
 
+    def _identify(self, previous: RankState | None, peer_pid: int | None,
+                  received: float | None) -> ProcessIdentity | None:
+        if peer_pid is None or self.processes is None:
+            return None
+        if previous is not None and previous.process is not None and previous.process.pid == peer_pid:
+            return previous.process  # read once per process, not once per datagram
+        return self.processes.identify(peer_pid, received)
+
     def expire(self) -> list[RankState]:
-        """Forget job/ranks silent for longer than ``expiry``; returns what was dropped."""
+        """Forget job/ranks silent for longer than ``expiry`` whose sender is not known to run; returns what
+        was dropped."""
         deadline = self._clock() - self.expiry
+        with self._lock:
+            silent = [s for ranks in self._jobs.values() for s in ranks.values() if s.last_seen < deadline]
+        # /proc is read outside the lock: scrapes need not wait for it.
+        held = {id(s) for s in silent
+                if s.process is not None and self.processes is not None and self.processes.alive(s.process)}
         dropped: list[RankState] = []
         with self._lock:
-            for job in list(self._jobs):
-                ranks = self._jobs[job]
-                for rank in [r for r, s in ranks.items() if s.last_seen < deadline]:
-                    dropped.append(ranks.pop(rank))
+            for state in silent:
+                job, rank = state.snapshot.job, state.snapshot.rank
+                ranks = self._jobs.get(job)
+                # A datagram that arrived meanwhile replaced the state: it is no longer silent.
+                if id(state) in held or ranks is None or ranks.get(rank) is not state:
+                    continue
+                dropped.append(ranks.pop(rank))
                 if not ranks:
                     del self._jobs[job]
         return dropped

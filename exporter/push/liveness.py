@@ -1,0 +1,90 @@
+"""Whether the process that pushed a rank's datagrams still runs, from ``<procfs>/<pid>/stat``.
+
+The hook sends only when steps end, so a hung trainer falls silent. The job store keeps a silent rank as long
+as its sender lives, so that its series (and BottleneckTrainingStalled) stay until the process is gone. Only a
+PID the kernel vouched for is followed (``SO_PASSCRED`` on the Unix socket, translated into this exporter's
+PID namespace); the ``pid`` a UDP datagram claims may belong to another PID namespace or be made up.
+
+A process is named by its PID *and* its start time (field 22 of ``stat``, clock ticks after boot), read when
+its first datagram arrives: once the trainer exits and the kernel gives its PID to a new process, the start
+time differs and the rank is no longer held. Exposes nothing itself; what it keeps shows as, e.g.::
+
+    bottleneck_train_last_step_timestamp_seconds{job="resnet",rank="0"} 1.7180000252e+09
+    bottleneck_push_ranks 8.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+
+from exporter.procfs import USER_HZ, read_text
+
+log = logging.getLogger(__name__)
+
+# Process states that are not running code any more: zombie (exited, not yet reaped by its parent), dead.
+_GONE_STATES = frozenset("ZXx")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessIdentity:
+    pid: int
+    starttime: int  # clock ticks after boot; tells the sender from a later process given the same PID
+
+
+def boot_clock() -> float:
+    """Seconds since boot on the clock ``stat``'s start time counts in (CLOCK_BOOTTIME)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+class ProcessTable:
+    """Identifies and re-checks sender processes under ``procfs``, which must show this exporter's own PID
+    namespace (the kernel reports sender PIDs in it); otherwise every check answers "unknown"."""
+
+    def __init__(self, procfs: str = "/proc") -> None:
+        self.procfs = procfs
+        self.usable = _shows_own_namespace(procfs)
+        if not self.usable:
+            log.info("push: %s does not show this exporter's PID namespace (%s/self is not PID %d); silent "
+                     "ranks are forgotten after --push.job-expiry even while their process lives", procfs,
+                     procfs, os.getpid())
+
+    def identify(self, pid: int, received: float | None = None) -> ProcessIdentity | None:
+        """The running process with this PID, or None when it is gone, unreadable, or started after
+        ``received`` (boot-clock seconds at which its datagram arrived: then the sender has exited and
+        its PID already belongs to another process)."""
+        if not self.usable:
+            return None
+        state = self._read(pid)
+        if state is None or state[0] in _GONE_STATES:
+            return None
+        starttime = state[1]
+        if received is not None and starttime / USER_HZ > received:
+            return None
+        return ProcessIdentity(pid, starttime)
+
+    def alive(self, process: ProcessIdentity) -> bool:
+        """Whether the identified process still runs (a zombie does not; a new process on its PID is not it)."""
+        state = self._read(process.pid)
+        return state is not None and state[0] not in _GONE_STATES and state[1] == process.starttime
+
+    def _read(self, pid: int) -> tuple[str, int] | None:
+        """(state letter, start time) from ``stat``; the name before them may hold spaces and parentheses."""
+        text = read_text(os.path.join(self.procfs, str(pid), "stat"))
+        close = text.rfind(")") if text else -1
+        if text is None or close < 0:
+            return None
+        fields = text[close + 2:].split()
+        try:
+            return fields[0], int(fields[19])
+        except (IndexError, ValueError):
+            return None
+
+
+def _shows_own_namespace(procfs: str) -> bool:
+    try:
+        return os.readlink(os.path.join(procfs, "self")) == str(os.getpid())
+    except OSError:
+        return False
