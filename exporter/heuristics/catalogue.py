@@ -179,10 +179,16 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "many times the job's median is a straggler."),
     Parameter("network_saturation_ratio", 0.9, "Share of the link speed above which a NIC is saturated."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
-              "stalled."),
+              "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
-              "evaluation passes do not count as stalls. The push receiver forgets a silent rank after "
-              "--push.job-expiry (10m): keep this plus the alert's for: below it."),
+              "evaluation passes do not count as stalls (warning). The push receiver keeps a silent rank's "
+              "series while its process runs, if it pushes over the Unix socket; over UDP it forgets the "
+              "rank after --push.job-expiry (10m): there keep this plus the alert's for: below that."),
+    Parameter("stall_factor_critical", 60, "Step-time multiple without a finished step for the critical "
+              "stall alert."),
+    Parameter("stall_min_seconds_critical", 1800, "Minimum silence, in seconds, for the critical stall alert: "
+              "a hang this long is not a slow checkpoint and holds the job's GPUs for nothing. Needs the Unix "
+              "socket (a UDP rank is forgotten after --push.job-expiry)."),
 )
 
 W = "${rate_window}"
@@ -605,14 +611,18 @@ HEURISTICS: tuple[Heuristic, ...] = (
         summary="Rank {{ $labels.rank }} of job {{ $labels.job }} has stopped making progress.",
         description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} finished no step "
         "for {{ $value | humanizeDuration }}, more than ${stall_factor} times its mean step time, while its "
-        "process is alive.",
+        "process is alive (critical after ${stall_factor_critical} times and ${stall_min_seconds_critical} s).",
         advice="Probably a hang: dump the Python stacks (py-spy dump --pid PID), check NCCL (NCCL_DEBUG=INFO, "
         "TORCH_NCCL_ASYNC_ERROR_HANDLING), look for a dead peer rank or a full disk.",
         meaning="The process is alive but no optimizer step finishes: a deadlock in a collective, a dead "
-        "peer, a stuck DataLoader worker or a filesystem that stopped answering.",
+        "peer, a stuck DataLoader worker or a filesystem that stopped answering. A hung rank sends nothing; "
+        "the push receiver keeps its series while its process runs (Unix socket), so the alert holds until "
+        "the process exits. Critical once the hang has lasted long enough to rule out a slow checkpoint.",
         evidence="`bottleneck_train_last_step_timestamp_seconds`, `bottleneck_train_step_duration_seconds`, "
         "`bottleneck_training_process_info`, the other ranks of the job.",
         scope=RANK, unit="s", group="training",
+        tiers=(Tier("warning"), Tier("critical", {"stall_factor": "stall_factor_critical",
+                                                  "stall_min_seconds": "stall_min_seconds_critical"})),
     ),
     Heuristic(
         name="GpuLost",
