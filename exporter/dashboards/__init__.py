@@ -1,6 +1,7 @@
 """Grafana dashboards from code: ``python -m exporter.dashboards`` writes grafana/dashboards/*.json.
 
-One module per dashboard (fleet, node, training, verdicts) holds its PromQL; ``panels`` builds the JSON.
+One module per dashboard (fleet, node, training, verdicts) holds its PromQL; ``panels`` builds the JSON;
+``variables`` holds the node, job and GPU variables that several dashboards offer.
 Never imported by the exporter daemon.
 """
 

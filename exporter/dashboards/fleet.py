@@ -15,13 +15,13 @@ from exporter.dashboards.panels import (
     Threshold,
     bargauge,
     dashboard,
-    query_variable,
     row,
     stat,
     table,
     timeseries,
 )
 from exporter.dashboards.thresholds import threshold
+from exporter.dashboards.variables import gpu_variable, job_variable, node_variable
 
 UID = "bottleneck-fleet"
 N = 'instance=~"$instance"'
@@ -200,24 +200,9 @@ def job_panels() -> list[Panel]:
 
 def build(regenerate: str) -> dict[str, Any]:
     variables = [
-        query_variable(
-            "instance",
-            "Node",
-            "label_values(bottleneck_scrape_collector_success, instance)",
-            description="Nodes (scrape targets).",
-        ),
-        query_variable(
-            "job",
-            "Training job",
-            "label_values(bottleneck_train_info, job)",
-            description="Training jobs sent by the hook; verdicts about a node carry the scrape job.",
-        ),
-        query_variable(
-            "gpu",
-            "GPU",
-            'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
-            description="NVML index, or parent/GI/CI for a MIG instance.",
-        ),
+        node_variable(),
+        job_variable(),
+        gpu_variable(),
     ]
     links = [
         {

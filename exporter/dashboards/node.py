@@ -16,13 +16,13 @@ from exporter.dashboards.panels import (
     Threshold,
     dashboard,
     heatmap,
-    query_variable,
     row,
     stat,
     table,
     timeseries,
 )
 from exporter.dashboards.thresholds import parameter, threshold
+from exporter.dashboards.variables import gpu_variable, node_variable
 
 UID = "bottleneck-node"
 N = 'instance=~"$instance"'
@@ -543,20 +543,8 @@ def network_panels() -> list[Panel]:
 
 def build(regenerate: str) -> dict[str, Any]:
     variables = [
-        query_variable(
-            "instance",
-            "Node",
-            "label_values(bottleneck_scrape_collector_success, instance)",
-            multi=False,
-            include_all=False,
-            description="The node (scrape target) to show.",
-        ),
-        query_variable(
-            "gpu",
-            "GPU",
-            'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
-            description="NVML index, or parent/GI/CI for a MIG instance.",
-        ),
+        node_variable(single=True, description="The node (scrape target) to show."),
+        gpu_variable(),
     ]
     verdicts = verdict_catalogue.verdict_table(
         "Verdicts on this node",

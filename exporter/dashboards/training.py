@@ -21,6 +21,7 @@ from exporter.dashboards.panels import (
     timeseries,
 )
 from exporter.dashboards.thresholds import threshold
+from exporter.dashboards.variables import gpu_variable, job_variable
 
 UID = "bottleneck-training"
 J = 'job=~"$job", rank=~"$rank"'
@@ -269,14 +270,7 @@ def loader_panels() -> list[Panel]:
 
 def build(regenerate: str) -> dict[str, Any]:
     variables = [
-        query_variable(
-            "job",
-            "Training job",
-            "label_values(bottleneck_train_info, job)",
-            multi=False,
-            include_all=False,
-            description="Training job name sent by the hook.",
-        ),
+        job_variable(single=True, description="Training job name sent by the hook."),
         query_variable(
             "rank",
             "Rank",
@@ -289,12 +283,7 @@ def build(regenerate: str) -> dict[str, Any]:
             'label_values(bottleneck_train_info{job=~"$job"}, instance)',
             description="Nodes the job's ranks run on.",
         ),
-        query_variable(
-            "gpu",
-            "GPU",
-            'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
-            description="GPUs on the job's nodes.",
-        ),
+        gpu_variable("GPUs on the job's nodes."),
     ]
     verdicts = verdict_catalogue.verdict_table(
         "Verdicts on this job",

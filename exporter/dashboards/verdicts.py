@@ -16,12 +16,12 @@ from exporter.dashboards.panels import (
     Query,
     Threshold,
     dashboard,
-    query_variable,
     row,
     state_timeline,
     timeseries,
     with_links,
 )
+from exporter.dashboards.variables import job_variable, node_variable
 from exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
 from exporter.heuristics.catalogue import GROUPS
 
@@ -97,18 +97,8 @@ def build(regenerate: str) -> dict[str, Any]:
             panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}"))
             panels.extend(verdict_panel(v) for v in members)
     variables = [
-        query_variable(
-            "instance",
-            "Node",
-            "label_values(bottleneck_scrape_collector_success, instance)",
-            description="Nodes (scrape targets).",
-        ),
-        query_variable(
-            "job",
-            "Training job",
-            "label_values(bottleneck_train_info, job)",
-            description="Training jobs sent by the hook; verdicts about a node carry the scrape job.",
-        ),
+        node_variable(),
+        job_variable(),
     ]
     return dashboard(
         UID,

@@ -1,0 +1,50 @@
+"""The template variables several dashboards offer: ``$instance`` (node), ``$job`` (training job), ``$gpu``.
+
+The dashboards' links carry their variables from one dashboard to the next (``includeVars``), so a node, a
+job or a GPU must be found by the same query wherever it is offered; only the wording and whether one or
+many may be picked differ per dashboard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.dashboards.panels import query_variable
+
+
+def node_variable(*, single: bool = False, description: str = "Nodes (scrape targets).") -> dict[str, Any]:
+    """Every node that is scraped (each serves ``bottleneck_scrape_collector_success``); ``single``: exactly one."""
+    return query_variable(
+        "instance",
+        "Node",
+        "label_values(bottleneck_scrape_collector_success, instance)",
+        multi=not single,
+        include_all=not single,
+        description=description,
+    )
+
+
+def job_variable(
+    *,
+    single: bool = False,
+    description: str = "Training jobs sent by the hook; verdicts about a node carry the scrape job.",
+) -> dict[str, Any]:
+    """Every training job whose hook pushed a step; ``single``: exactly one."""
+    return query_variable(
+        "job",
+        "Training job",
+        "label_values(bottleneck_train_info, job)",
+        multi=not single,
+        include_all=not single,
+        description=description,
+    )
+
+
+def gpu_variable(description: str = "NVML index, or parent/GI/CI for a MIG instance.") -> dict[str, Any]:
+    """The GPUs of the selected ``$instance`` nodes."""
+    return query_variable(
+        "gpu",
+        "GPU",
+        'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
+        description=description,
+    )
