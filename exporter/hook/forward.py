@@ -15,9 +15,10 @@ whole model stores the plain forward, and ``remove()`` puts the original back.
 from __future__ import annotations
 
 import copy
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from exporter.hook.timing import BACKWARD, FORWARD
+from exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT
 
 if TYPE_CHECKING:
     from exporter.hook.session import Session
@@ -39,21 +40,29 @@ class TimedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session = self.session
-        timed = False
         # Only the outermost forward of a training step (grad enabled): evaluation under no_grad and
         # recursive calls are not phases.
-        if session.active and not session.in_forward and session.grad_enabled():
-            try:
-                if not session.device_checked:
-                    session.check_device(self.module)
-                session.in_forward = timed = True
-                session.mark(FORWARD)
-                if self.count_samples:
-                    session.add_batch(args if args else kwargs)
-            except Exception:
-                session.failed("forward")
+        if not session.active or session.in_forward or not session.grad_enabled():
+            return self.original(*args, **kwargs)
+        timed = False
+        try:
+            if not session.device_checked:
+                session.check_device(self.module)
+            # StepClock.switch(FORWARD), inline: this runs inside the training step, where every extra call
+            # is paid with cold caches.
+            log = session.clock.log
+            log.append(FORWARD)
+            log.append(perf_counter())
+            if session.gpu is not None:
+                session.gpu.mark(FORWARD)
+            timed = True
+            if self.count_samples:
+                session.add_batch(args if args else kwargs)
+        except Exception:
+            session.failed("forward")
         if not timed:
             return self.original(*args, **kwargs)
+        session.in_forward = True
         try:
             return self.original(*args, **kwargs)
         finally:
@@ -61,7 +70,13 @@ class TimedForward:
             if session.active:
                 try:
                     # Until the next mark the time is the loss and backward(): it counts as "backward".
-                    session.mark(BACKWARD)
+                    log = session.clock.log
+                    log.append(BACKWARD)
+                    log.append(perf_counter())
+                    if len(log) > LOG_LIMIT:
+                        session.clock.fold()
+                    if session.gpu is not None:
+                        session.gpu.mark(BACKWARD)
                 except Exception:
                     session.failed("forward")
 

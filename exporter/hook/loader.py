@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from time import perf_counter
 from typing import Any
 
 from exporter.hook.session import Samples, Session
-from exporter.hook.timing import DATA_WAIT, OTHER
+from exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
 
 log = logging.getLogger("exporter.hook")
 
@@ -77,12 +78,23 @@ class InstrumentedLoader:
 
 
 class _InstrumentedIterator:
-    __slots__ = ("_iterator", "_session", "_step_per_batch")
+    """Logs each ``__next__`` of the loader's iterator as data wait and counts the batch's samples.
+
+    This runs once per batch in the middle of the training step, where every Python call and attribute
+    lookup is paid with cold caches: the marks are appended to the clock's log inline (see StepClock) and
+    the common sample count is done here, on locals. Data wait and "other" are host-only phases: no GPU
+    event is recorded for them.
+    """
+
+    __slots__ = ("_clock", "_count_shapes", "_iterator", "_log", "_session", "_step_per_batch")
 
     def __init__(self, iterator: Iterator[Any], session: Session, step_per_batch: bool) -> None:
         self._iterator = iterator
         self._session = session
+        self._clock = session.clock
+        self._log = session.clock.log
         self._step_per_batch = step_per_batch
+        self._count_shapes = session.samples is None
 
     def __iter__(self) -> _InstrumentedIterator:
         return self
@@ -91,9 +103,11 @@ class _InstrumentedIterator:
         session = self._session
         if session.active:
             try:
-                if self._step_per_batch and session.clock._since is not None:
+                if self._step_per_batch:
                     session.end_step()
-                session.mark(DATA_WAIT)
+                log = self._log
+                log.append(DATA_WAIT)
+                log.append(perf_counter())
             except Exception:
                 session.failed("before fetching a batch")
         try:
@@ -108,7 +122,23 @@ class _InstrumentedIterator:
             raise
         if session.active:
             try:
-                session.fetched(batch)
+                log = self._log
+                log.append(OTHER)
+                log.append(perf_counter())
+                if self._count_shapes:
+                    # The common batches inline (a tensor, or a tuple/list starting with one), the rest in
+                    # Session.add_batch.
+                    shape = getattr(batch, "shape", None)
+                    if shape is None and type(batch) in (tuple, list) and batch:
+                        shape = getattr(batch[0], "shape", None)
+                    if shape:
+                        self._clock.fetched_samples += shape[0]
+                    else:
+                        session.add_batch(batch)
+                else:
+                    session.add_batch(batch)
+                if len(log) > LOG_LIMIT:
+                    self._clock.fold()
             except Exception:
                 session.failed("after fetching a batch")
         return batch

@@ -22,14 +22,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from time import perf_counter
 from typing import Any
 
 from exporter.hook.identity import identify
 from exporter.hook.timing import (
     GPU_PHASE_NAMES,
     OPTIMIZER,
-    OTHER,
     PHASE_NAMES,
+    STEP_END,
     CudaEventLike,
     GpuTimer,
     StepClock,
@@ -133,7 +134,8 @@ class Session:
         self.samples = samples
         self.device = "cpu"
         self.gpu: GpuTimer | None = None
-        # The hot path: without a GPU a mark is just the clock's switch (one call, no indirection).
+        # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
+        # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
         if gpu_event_factory is not None:
             self.enable_gpu(GpuTimer(gpu_event_factory))
@@ -146,8 +148,7 @@ class Session:
         self.in_forward = False
         self.grad_enabled: Callable[[], bool] = _always
         self._handles: list[Any] = []
-        self._next_flush = self.clock.clock() + self.interval
-        self._last_step_mark: float | None = None
+        self._next_flush = perf_counter() + self.interval
         atexit.register(self.close)
 
     # -- guard -----------------------------------------------------------------------------------------
@@ -173,26 +174,27 @@ class Session:
             self.gpu.mark(phase)
         return now
 
-    def end_step(self) -> None:
-        now = self.clock.end_step()
-        self._last_step_mark = now
-        if self.gpu is not None:
-            self.gpu.end_step()
-        if now >= self._next_flush:
-            self.flush(now)
+    def end_step(self, optimizer: Any = None, args: Any = None, kwargs: Any = None) -> None:
+        """Close the running step (before the first mark: just start the clock); flush when it is time.
 
-    def fetched(self, batch: Any) -> None:
-        """A batch left the loader: close the data wait and count its samples."""
-        self.mark(OTHER)
-        if self.samples is None:
-            # The common batch shapes inline (tensor, or a tuple/list starting with one); the rest generically.
-            shape = getattr(batch, "shape", None)
-            if shape is None and type(batch) in (tuple, list) and batch:
-                shape = getattr(batch[0], "shape", None)
-            if shape:
-                self.clock._pending_samples += shape[0]
-                return
-        self.add_batch(batch)
+        Also registered as the optimizer's step post-hook as it is (torch passes the optimizer and the step's
+        arguments, unused here), so that a step end costs one call: inside a training step every call counts.
+        """
+        if not self.active:
+            return
+        try:
+            clock = self.clock
+            now = perf_counter()
+            log = clock.log
+            log.append(STEP_END)
+            log.append(now)
+            clock.samples_at_step_end = clock.fetched_samples
+            if self.gpu is not None:
+                self.gpu.end_step()
+            if now >= self._next_flush:
+                self.flush(now)
+        except Exception:
+            self.failed("end of step")
 
     def add_batch(self, batch: Any) -> None:
         """Count the samples of one (micro-)batch."""
@@ -205,7 +207,7 @@ class Session:
         else:
             count = given
         if count is not None and count >= 0:
-            self.clock.add_samples(float(count))
+            self.clock.fetched_samples += float(count)
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
@@ -223,7 +225,7 @@ class Session:
         if pre is None or post is None:
             return False
         self._handles.append(pre(self._optimizer_pre))
-        self._handles.append(post(self._optimizer_post))
+        self._handles.append(post(self.end_step))
         return True
 
     def set_loader(self, loader: Any, worker_pids: list[int] | None = None) -> None:
@@ -253,28 +255,25 @@ class Session:
         if self.gpu is None:
             self.enable_gpu(GpuTimer(lambda: torch.cuda.Event(enable_timing=True)))
 
-    # -- optimizer hooks (signatures fixed by torch) -------------------------------------------------------
+    # -- optimizer pre-hook (signature fixed by torch; the post-hook is end_step) --------------------------
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
         try:
-            self.mark(OPTIMIZER)
+            # StepClock.switch(OPTIMIZER), inline.
+            log = self.clock.log
+            log.append(OPTIMIZER)
+            log.append(perf_counter())
+            if self.gpu is not None:
+                self.gpu.mark(OPTIMIZER)
         except Exception:
             self.failed("optimizer pre-hook")
-
-    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not self.active:
-            return
-        try:
-            self.end_step()
-        except Exception:
-            self.failed("optimizer post-hook")
 
     # -- the datagram ---------------------------------------------------------------------------------
     def payload(self, now: float | None = None) -> dict[str, Any]:
         clock = self.clock
-        now = clock.clock() if now is None else now
-        last = self._last_step_mark
+        now = perf_counter() if now is None else now
+        last = clock.last_step_end
         wall = time.time() - (now - last if last is not None else 0.0)
         phases = {name: clock.phase_totals[index] for index, name in enumerate(PHASE_NAMES)}
         phases["step"] = clock.step_seconds
@@ -321,7 +320,7 @@ class Session:
         if not self.active:
             return
         try:
-            now = self.clock.clock() if now is None else now
+            now = perf_counter() if now is None else now
             self._next_flush = now + self.interval
             data = encode(self.payload(now))
             self.seq += 1
