@@ -237,9 +237,12 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            f"    > rate(bottleneck_network_transmit_bytes_total[{W}])\n"
            f"  or rate(bottleneck_network_transmit_bytes_total[{W}])\n)\n/ (bottleneck_network_speed_bytes > 0)",
            "node"),
-    Record("loader_busiest", "instance_process:bottleneck_training_loader_busiest_thread:ratio",
-           'max without (role) (bottleneck_training_busiest_thread_cpu_ratio{role="data_worker"})\nor\n'
-           'max without (role) (\n  bottleneck_training_busiest_thread_cpu_ratio{role="main"}\n'
+    # The busiest-thread gauge covers one scrape interval: averaged over the window, so that one scrape in
+    # which a pegged loader blocked on a lock does not restart the alerts' for: clock.
+    Record("loader_busiest", f"instance_process:bottleneck_training_loader_busiest_thread:ratio_avg{W}",
+           'max without (role) (avg_over_time(bottleneck_training_busiest_thread_cpu_ratio{role="data_worker"}'
+           f'[{W}]))\nor\nmax without (role) (\n  avg_over_time(bottleneck_training_busiest_thread_cpu_ratio'
+           f'{{role="main"}}[{W}])\n'
            "  and on (instance, process, local_rank) (bottleneck_training_dataloader_workers_found == 0)\n)",
            "node"),
     Record("training_processes", "instance:bottleneck_training_processes:count",
@@ -485,9 +488,11 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="LaunchBound",
         verdict="small kernels / launch-bound",
+        # Only ranks that train on a GPU: a CPU job next to idle GPUs is not launch-bound.
         expr="0 * (<<data_wait>> < ${launch_bound_data_wait})\n+ on (instance) group_left ()\n"
         "(max by (instance) (<<gpu_util>>) < ${launch_bound_gpu_util})\n"
-        "unless on (instance) <<cpu_busy>> > ${cpu_busy_ratio}",
+        "unless on (instance) <<cpu_busy>> > ${cpu_busy_ratio}\n"
+        'and on (instance, job, rank) bottleneck_train_info{device=~"cuda.*"}',
         for_="15m",
         summary="Job {{ $labels.job }} underuses its GPU although data arrives in time.",
         description="No GPU on {{ $labels.instance }} is more than {{ $value | humanizePercentage }} busy while "
@@ -573,8 +578,9 @@ HEURISTICS: tuple[Heuristic, ...] = (
         expr="<<step_vs_median>> > ${straggler_factor}\nor\n<<local_vs_median>> > ${straggler_factor}",
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.job }} is a straggler.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} takes "
-        "{{ $value | humanize }} times the job's median per step (threshold ${straggler_factor}).",
+        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} is "
+        "{{ $value | humanize }} times the job's median in step time or, where the all-reduce evens step "
+        "times out, in local work per step (data wait + forward + optimizer; threshold ${straggler_factor}).",
         advice="Look at that node: a throttled or degraded GPU, a busy CPU, slow local storage; if the slow "
         "rank rotates, the input pipeline is the cause.",
         meaning="One rank is slower than its peers and synchronous training waits for it at every "

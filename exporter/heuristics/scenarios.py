@@ -232,7 +232,7 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
 
 def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
-         num_workers: int = 4, stall: tuple[int, int] | None = None) -> list[Series]:
+         num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0") -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; ``stall`` = (first minute without steps, minute steps resume)."""
@@ -274,7 +274,7 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TR
         series("bottleneck_train_last_step_timestamp_seconds", labels, last_step),
         series("bottleneck_train_dataloader_num_workers", labels,
                [None if tl.before(m) else float(num_workers) for m in range(tl.length + 1)]),
-        series("bottleneck_train_info", {**labels, "local_rank": rank_, "world_size": "1", "device": "cuda:0"},
+        series("bottleneck_train_info", {**labels, "local_rank": rank_, "world_size": "1", "device": device},
                [None if tl.before(m) else 1.0 for m in range(tl.length + 1)]),
     ]
     return out
@@ -470,6 +470,8 @@ def _cases() -> list[Scenario]:
            severity="info"),
         _s("LaunchBound", NEAR_MISS, "cpu_saturated_explains_the_idle_gpu",
            lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t, busy=0.95, iowait=0.0), severity="info"),
+        _s("LaunchBound", NEAR_MISS, "cpu_training_job_next_to_idle_gpus",
+           lambda t: rank(t, data_wait=0.01, device="cpu") + gpu(t, util=0.0) + node(t), severity="info"),
         _s("LaunchBound", NOT_YET, "job_started_recently",
            lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t), e(RANK0, 0.35), severity="info"),
         # -- GPU health -------------------------------------------------------------------------------
@@ -520,6 +522,8 @@ def _cases() -> list[Scenario]:
            lambda t: rank(t, stall=(3, 10**6)) + process(t), e(RANK0, 9 * 60), eval_at=11),
         _s("TrainingStalled", NEAR_MISS, "4m_checkpoint_save_is_not_a_stall",
            lambda t: rank(t, stall=(3, 7)) + process(t), eval_at=12),
+        _s("TrainingStalled", NEAR_MISS, "30s_steps_silent_8m_is_below_20_mean_steps",
+           lambda t: rank(t, step=30.0, stall=(3, 10**6)) + process(t), eval_at=11),
         _s("TrainingStalled", NEAR_MISS, "process_exited_is_not_a_stall",
            lambda t: rank(t, stall=(3, 10**6)) + process(t, alive_until=3), eval_at=11),
         _s("TrainingStalled", NOT_YET, "stalled_just_past_the_threshold",
