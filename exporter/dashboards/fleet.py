@@ -81,7 +81,7 @@ def gpu_panels() -> list[Panel]:
             "short",
             [
                 Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
-                Query(f"count(bottleneck_gpu_up{{{N}}} == 0)", "down"),
+                Query(f"count(bottleneck_gpu_up{{{N}}} == 0) or vector(0)", "down"),
             ],
             width=6,
             decimals=0,
@@ -175,17 +175,20 @@ def job_panels() -> list[Panel]:
         ),
         timeseries(
             "CPU busy per node",
-            "Share of all cores busy on each node.",
+            "Share of all CPU time busy on each node (not idle, not iowait), as the CPU-saturated verdict "
+            "counts it against the dashed line.",
             "percentunit",
             [
                 Query(
-                    f'1 - avg by (instance) (rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}]))',
+                    f'1 - sum by (instance) (rate(bottleneck_cpu_seconds_total{{{N}, mode=~"idle|iowait"}}[{RI}]))'
+                    f" / sum by (instance) (rate(bottleneck_cpu_seconds_total{{{N}}}[{RI}]))",
                     "{{instance}}",
                 )
             ],
             width=12,
             min_value=0,
             max_value=1,
+            thresholds=[Threshold(threshold("cpu_busy_ratio"), "red")],
         ),
         table(
             "Failing collectors",

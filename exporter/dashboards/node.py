@@ -42,7 +42,7 @@ def gpu_panels() -> list[Panel]:
             "none",
             [
                 Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
-                Query(f"count(bottleneck_gpu_up{{{N}}} == 0)", "down"),
+                Query(f"count(bottleneck_gpu_up{{{N}}} == 0) or vector(0)", "down"),
             ],
             width=4,
             thresholds=[],
@@ -267,9 +267,9 @@ def cpu_panels() -> list[Panel]:
         ),
         timeseries(
             "Run-queue wait per core",
-            "Share of time runnable tasks waited for a core (/proc/schedstat): "
-            "the cost of too many threads or workers.",
-            "percentunit",
+            "Seconds runnable tasks waited for each core, per second (/proc/schedstat): the average number "
+            "of tasks queued for it, the cost of too many threads or workers. Above 1 tasks always queue.",
+            "short",
             [Query(f"rate(bottleneck_cpu_runqueue_wait_seconds_total{{{N}}}[{RI}])", "cpu {{cpu}}")],
             width=8,
             min_value=0,
@@ -446,7 +446,7 @@ def disk_panels() -> list[Panel]:
                 Query(f"rate(bottleneck_disk_read_bytes_total{{{N}}}[{RI}])", "{{device}} read"),
                 Query(f"rate(bottleneck_disk_written_bytes_total{{{N}}}[{RI}])", "{{device}} write"),
             ],
-            width=8,
+            width=6,
             min_value=0,
         ),
         timeseries(
@@ -455,24 +455,32 @@ def disk_panels() -> list[Panel]:
             "the GPU starves means an IO-bound input pipeline.",
             "percentunit",
             [Query(f"rate(bottleneck_disk_io_time_seconds_total{{{N}}}[{RI}])", "{{device}}")],
-            width=8,
+            width=6,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(threshold("disk_busy_ratio"), "red")],
         ),
         timeseries(
-            "Disk queue and latency",
-            "Average requests in flight (weighted IO time) and mean read latency.",
+            "Disk queue depth",
+            "Average requests in flight per device (weighted IO time per second, iostat aqu-sz).",
             "short",
+            [Query(f"rate(bottleneck_disk_io_time_weighted_seconds_total{{{N}}}[{RI}])", "{{device}}")],
+            width=6,
+            min_value=0,
+        ),
+        timeseries(
+            "Disk read latency",
+            "Mean time per completed read (iostat r_await); milliseconds on a local NVMe, far more on a "
+            "saturated disk or a remote filesystem.",
+            "s",
             [
-                Query(f"rate(bottleneck_disk_io_time_weighted_seconds_total{{{N}}}[{RI}])", "{{device}} queue"),
                 Query(
                     f"rate(bottleneck_disk_read_time_seconds_total{{{N}}}[{RI}]) / "
                     f"rate(bottleneck_disk_reads_completed_total{{{N}}}[{RI}])",
-                    "{{device}} read s/op",
-                ),
+                    "{{device}}",
+                )
             ],
-            width=8,
+            width=6,
             min_value=0,
         ),
     ]
@@ -483,7 +491,8 @@ def network_panels() -> list[Panel]:
         row("Network"),
         timeseries(
             "Network throughput",
-            "Bytes received and sent per second per interface; remote storage and all-reduce both travel here.",
+            "Bytes received and sent per second per interface and InfiniBand port; remote storage and "
+            "all-reduce both travel here.",
             "Bps",
             [
                 Query(
@@ -494,29 +503,39 @@ def network_panels() -> list[Panel]:
                     f'rate(bottleneck_network_transmit_bytes_total{{{N}, device!="lo"}}[{RI}])',
                     "{{device}} tx",
                 ),
+                Query(
+                    f"rate(bottleneck_infiniband_port_received_bytes_total{{{N}}}[{RI}])",
+                    "{{device}}:{{port}} IB rx",
+                ),
+                Query(
+                    f"rate(bottleneck_infiniband_port_transmitted_bytes_total{{{N}}}[{RI}])",
+                    "{{device}}:{{port}} IB tx",
+                ),
             ],
             width=8,
             min_value=0,
         ),
         timeseries(
             "Link utilization",
-            "Throughput as a share of the link speed, the larger direction; near 1 means network-bound.",
+            "Throughput per direction as a share of the link speed; the NetworkBound verdict reads the "
+            "larger direction against the dashed line.",
             "percentunit",
             [
                 Query(
-                    f"max by (device) (rate(bottleneck_network_receive_bytes_total{{{N}}}[{RI}]) "
-                    f"or rate(bottleneck_network_transmit_bytes_total{{{N}}}[{RI}])) "
-                    f"/ max by (device) (bottleneck_network_speed_bytes{{{N}}} > 0)",
-                    "{{device}}",
+                    f"rate(bottleneck_network_{direction}_bytes_total{{{N}}}[{RI}]) "
+                    f"/ (bottleneck_network_speed_bytes{{{N}}} > 0)",
+                    f"{{{{device}}}} {short}",
                 )
+                for direction, short in (("receive", "rx"), ("transmit", "tx"))
             ],
             width=8,
             min_value=0,
             max_value=1,
+            thresholds=[Threshold(threshold("network_saturation_ratio"), "red")],
         ),
         timeseries(
-            "Errors, drops and InfiniBand",
-            "Receive/transmit errors and drops per second, and InfiniBand port throughput in bytes per second.",
+            "Errors and drops",
+            "Receive/transmit errors and drops per second per interface: a bad cable, a full ring buffer.",
             "short",
             [
                 Query(
@@ -528,11 +547,6 @@ def network_panels() -> list[Panel]:
                     f"rate(bottleneck_network_receive_drop_total{{{N}}}[{RI}]) + "
                     f"rate(bottleneck_network_transmit_drop_total{{{N}}}[{RI}])",
                     "{{device}} drops/s",
-                ),
-                Query(
-                    f"rate(bottleneck_infiniband_port_received_bytes_total{{{N}}}[{RI}]) + "
-                    f"rate(bottleneck_infiniband_port_transmitted_bytes_total{{{N}}}[{RI}])",
-                    "{{device}}:{{port}} IB B/s",
                 ),
             ],
             width=8,

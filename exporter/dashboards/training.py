@@ -40,6 +40,17 @@ def mean_step_seconds(by: str = "rank, instance") -> str:
     return f"{phase_rate('step', by)} / {steps_rate(by)}"
 
 
+def local_work_seconds(by: str) -> str:
+    """Seconds per step a rank works on its own (data wait + forward + optimizer): what the all-reduce in
+    backward does not even out between ranks (the StragglerRank rule compares it too)."""
+    phases = 'phase=~"data_wait|forward|optimizer"'
+    return f"sum by ({by}) (rate(bottleneck_train_phase_seconds_total{{{J}, {phases}}}[{RI}])) / {steps_rate(by)}"
+
+
+def ratio_to_job_median(per_rank: str) -> str:
+    return f"{per_rank} / on (job) group_left quantile by (job) (0.5, {per_rank})"
+
+
 def step_panels() -> list[Panel]:
     data_wait = threshold("data_wait_ratio")
     return [
@@ -131,16 +142,20 @@ def throughput_panels() -> list[Panel]:
         ),
         timeseries(
             "Step time relative to the job median",
-            "Each rank's mean step time divided by the median "
-            "over the job's ranks: a rank above the straggler threshold holds the others back (slow node, "
-            "throttled GPU, or its own data loading).",
+            "Each rank's mean step time, and its local work per step (data wait + forward + optimizer), "
+            "divided by the median over the job's ranks: a rank above the straggler threshold in either "
+            "holds the others back (slow node, throttled GPU, or its own data loading). Under synchronous "
+            "DDP the all-reduce evens step times out, so there only the local work tells the slow rank.",
             "short",
             [
                 Query(
-                    f"{mean_step_seconds('job, rank, instance')} / on (job) group_left "
-                    f"quantile by (job) (0.5, {mean_step_seconds('job, rank, instance')})",
-                    "rank {{rank}} ({{instance}})",
-                )
+                    ratio_to_job_median(mean_step_seconds("job, rank, instance")),
+                    "rank {{rank}} ({{instance}}) step",
+                ),
+                Query(
+                    ratio_to_job_median(local_work_seconds("job, rank, instance")),
+                    "rank {{rank}} ({{instance}}) local work",
+                ),
             ],
             width=8,
             min_value=0,

@@ -1,8 +1,9 @@
 """The dashboards' view of the heuristics catalogue (exporter/heuristics): one ``Verdict`` per heuristic.
 
-For each heuristic it finds the continuous signal the rule compares (the recording rule its expression
-starts with, e.g. ``job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5``) and the threshold of each
-severity tier, so the verdict panels draw the signal with the alert's own cut-offs. Heuristics whose
+For each heuristic it finds the continuous signals the rule compares (the recording rule its expression
+starts with, e.g. ``job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5``, and the one of each further
+``or`` branch against the same threshold, as StragglerRank's step time and local work) and the threshold of
+each severity tier, so the verdict panels draw the signals with the alert's own cut-offs. Heuristics whose
 expression does not start with a recording rule are shown as their alert's state. Selector for the firing
 verdicts::
 
@@ -19,15 +20,18 @@ from exporter.dashboards.panels import Panel, Query, table, with_value_text
 from exporter.dashboards.thresholds import catalogue
 from exporter.heuristics.catalogue import HEURISTICS, RECORDS, Heuristic
 
-# `<<record>> > ${parameter}` or `<<record>> < 1` at the start of a heuristic's expression.
-LEADING_COMPARISON = re.compile(r"^\s*<<(\w+)>>\s*(?:>=|<=|>|<)\s*(?:\$\{(\w+)\}|([0-9.]+))")
+# `<<record>> > ${parameter}` or `<<record>> < 1` at the start of a heuristic's expression, and at the start of
+# each top-level `or` branch after it (written on a line of its own in the catalogue).
+COMPARISON = r"\s*<<(\w+)>>\s*(?:>=|<=|>|<)\s*(?:\$\{(\w+)\}|([0-9.]+))"
+LEADING_COMPARISON = re.compile("^" + COMPARISON)
+OR_BRANCH_COMPARISON = re.compile(r"\nor\n" + COMPARISON)
 SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     heuristic: Heuristic
-    signal: str | None  # recorded series compared against the thresholds; None: show the alert state
+    signals: tuple[str, ...]  # recorded series compared against the thresholds; none: show the alert state
     thresholds: tuple[tuple[str, float], ...]  # (severity, value) per tier
     runbook_url: str
 
@@ -44,7 +48,13 @@ def verdicts() -> tuple[Verdict, ...]:
     for heuristic in HEURISTICS:
         rules = [rule for rule in resolved.alerts if rule.heuristic is heuristic]
         match = LEADING_COMPARISON.match(heuristic.expr)
-        signal = record_names[match.group(1)] if match else None
+        signals: list[str] = []
+        if match:
+            signals.append(record_names[match.group(1)])
+            for branch in OR_BRANCH_COMPARISON.finditer(heuristic.expr):
+                if branch.group(2, 3) != match.group(2, 3):
+                    raise ValueError(f"{heuristic.name}: the or branches compare against different thresholds")
+                signals.append(record_names[branch.group(1)])
         thresholds: list[tuple[str, float]] = []
         if match:
             for rule in rules:
@@ -54,7 +64,7 @@ def verdicts() -> tuple[Verdict, ...]:
                 else:
                     value = match.group(3)
                 thresholds.append((rule.severity, float(value)))
-        found.append(Verdict(heuristic, signal, tuple(thresholds), rules[0].runbook_url))
+        found.append(Verdict(heuristic, tuple(signals), tuple(thresholds), rules[0].runbook_url))
     return tuple(found)
 
 

@@ -41,8 +41,11 @@ def matchers(verdict: Verdict) -> str:
     return ", ".join(found)
 
 
-def legend(verdict: Verdict) -> str:
-    return " ".join(f"{{{{{label}}}}}" for label in verdict.heuristic.scope)
+def legend(verdict: Verdict, signal: str = "") -> str:
+    """The subject's labels; with several signals, which one (``job_rank:bottleneck_train_step_seconds:...``
+    reads "train_step_seconds")."""
+    labels = " ".join(f"{{{{{label}}}}}" for label in verdict.heuristic.scope)
+    return f"{labels} {signal.split(':')[1].removeprefix('bottleneck_')}" if signal else labels
 
 
 def verdict_panel(verdict: Verdict) -> Panel:
@@ -50,13 +53,15 @@ def verdict_panel(verdict: Verdict) -> Panel:
     tiers = ", ".join(f"{severity} at {value:g}" for severity, value in verdict.thresholds)
     text = f"{heuristic.verdict}: {heuristic.meaning} Advice: {heuristic.advice}"
     title = f"{heuristic.verdict} ({verdict.alert})"
-    if verdict.signal:
+    if verdict.signals:
+        several = len(verdict.signals) > 1
         panel = timeseries(
             title,
-            f"{text} The line is the signal {verdict.alert} compares ({verdict.signal}); it fires after "
-            f"{heuristic.for_} past the dashed threshold ({tiers}).",
+            f"{text} The lines are the signals {verdict.alert} compares ({', '.join(verdict.signals)}); it "
+            f"fires after {heuristic.for_} past the dashed threshold ({tiers}).",
             heuristic.unit,
-            [Query(f"{verdict.signal}{{{matchers(verdict)}}}", legend(verdict))],
+            [Query(f"{signal}{{{matchers(verdict)}}}", legend(verdict, signal if several else ""))
+             for signal in verdict.signals],
             width=8,
             min_value=0,
             thresholds=[Threshold(value, SEVERITY_COLORS[severity]) for severity, value in verdict.thresholds],
