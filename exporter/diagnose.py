@@ -11,7 +11,7 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
   Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window.
 
 Exit status: 0 no critical verdict, 1 at least one critical verdict, 2 usage or configuration error,
-3 Prometheus or the exporter could not be reached (or every query failed).
+3 Prometheus or the exporter could not be reached (or every query failed), 4 internal error (a bug).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import socket
 import sys
 import textwrap
 import time
+import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,7 +35,7 @@ from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse
 
-EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
 # What each family tells; shown when it is absent, because the rules that need it cannot fire then.
@@ -345,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bottleneck-exporter diagnose",
         description="Print bottleneck verdicts with their evidence and advice, per node and training job. "
-        "Exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 unreachable.",
+        "Exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 unreachable, "
+        "4 internal error.",
         epilog="Standalone, any other flag goes to the in-process exporter (e.g. --path.procfs, "
         "--no-collector.gpu, --push.socket).",
     )
@@ -398,8 +400,17 @@ def _exporter_answers(url: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    out = stdout or sys.stdout
     err = stderr or sys.stderr
+    try:
+        return _run(argv, stdout or sys.stdout, err)
+    except Exception:
+        # An uncaught exception would exit 1, which scripts read as "a critical verdict was found".
+        traceback.print_exc(file=err)
+        print("bottleneck-exporter diagnose: internal error (a bug; the traceback above says where)", file=err)
+        return EXIT_INTERNAL
+
+
+def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))

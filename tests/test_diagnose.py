@@ -83,17 +83,30 @@ def fleet(tl: Timeline) -> list[Series]:
             + node(tl, instance="node-b") + gpu(tl, instance="node-b", temp=88))
 
 
-def backfill(series: list[Series], end: float, tsdb: Path) -> None:
-    """Write the series into a TSDB block with promtool, the last minute at ``end``."""
+Points = list[tuple[dict[str, str], list[tuple[float, float]]]]
+
+
+def wall_clock(series: list[Series], end: float) -> Points:
+    """The series' samples at wall-clock times, the last minute at ``end``. Values that are times (the last
+    step's timestamp) move with them: left at the table's minute 0, the job would read as stalled since 1970."""
+    start = end - MINUTES * 60
+    points = []
+    for s in series:
+        labels = dict(s.labels)
+        shift = start if labels["__name__"] == "bottleneck_train_last_step_timestamp_seconds" else 0.0
+        points.append((labels, [(start + m * 60, v + shift) for m, v in enumerate(s.track) if v is not None]))
+    return points
+
+
+def backfill(points: Points, tsdb: Path) -> None:
+    """Write the samples into a TSDB block with promtool."""
     lines = []
     # OpenMetrics: a family's samples together, each series in time order, no blanks after commas.
-    for s in sorted(series, key=lambda s: s.labels):
-        labels = dict(s.labels)
+    for labels, samples in sorted(points, key=lambda p: sorted(p[0].items())):
+        labels = dict(labels)
         name = labels.pop("__name__")
         selector = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-        for minute, value in enumerate(s.track):
-            if value is not None:
-                lines.append(f"{selector} {value!r} {end - (MINUTES - minute) * 60:.3f}")
+        lines += [f"{selector} {value!r} {at:.3f}" for at, value in samples]
     source = tsdb.parent / "fleet.om"
     source.write_text("\n".join(lines) + "\n# EOF\n")
     result = subprocess.run([require_tool("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(source),
@@ -107,15 +120,18 @@ def _keys(verdicts: list[dict[str, Any]]) -> set[tuple[str, str, tuple[tuple[str
 
 @pytest.mark.tools
 def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_path: Path) -> None:
-    series = fleet(Timeline(MINUTES))
-    end = time.time()
-    backfill(series, end, tmp_path / "tsdb")
+    points = wall_clock(fleet(Timeline(MINUTES)), time.time())
+    backfill(points, tmp_path / "tsdb")
     # No rule files loaded: diagnose spells the recording rules out itself.
     prometheus = Prometheus(tmp_path, targets=[], rule_files=[]).start()
     try:
         out = io.StringIO()
         code = diagnose.main(["--prometheus.url", prometheus.url, "--json"], stdout=out)
         asked_at = time.time()
+        # The same fleet with the critical memory line moved below 3%: warnings only, so exit status 0.
+        lenient = io.StringIO()
+        lenient_code = diagnose.main(["--prometheus.url", prometheus.url, "--json",
+                                      "--set", "memory_available_ratio_critical=0.01"], stdout=lenient)
     finally:
         prometheus.stop()
     report = json.loads(out.getvalue())
@@ -127,11 +143,15 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
     assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) not in got, "inhibited by its twin"
     hot = {"instance": "node-b", "job": "bottleneck-exporter", "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
     assert ("BottleneckGpuTooHot", "warning", tuple(sorted(hot.items()))) in got
+    assert not [v for v in report["verdicts"] if v["alert"] == "BottleneckTrainingStalled"], "the job steps"
     assert code == diagnose.EXIT_CRITICAL and report["critical"] is True
+    warnings_only = json.loads(lenient.getvalue())
+    assert lenient_code == diagnose.EXIT_OK and warnings_only["critical"] is False
+    assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) in _keys(warnings_only["verdicts"])
     # The Python evaluator over the same samples, at the time of the query, finds exactly the same verdicts.
     store = promql.SeriesStore()
-    for s in series:
-        store.add(dict(s.labels), [(end - (MINUTES - m) * 60, v) for m, v in enumerate(s.track) if v is not None])
+    for labels, samples in points:
+        store.add(labels, samples)
     findings, errors = diagnose.diagnose_store(CATALOGUE, store, asked_at)
     assert not errors
     assert _keys([f.as_dict() for f in findings]) == got
@@ -145,6 +165,17 @@ def test_diagnose_says_when_prometheus_cannot_be_reached() -> None:
     code = diagnose.main(["--prometheus.url", f"http://127.0.0.1:{free_port()}"], stdout=io.StringIO(), stderr=err)
     assert code == diagnose.EXIT_UNREACHABLE
     assert "cannot reach" in err.getvalue()
+
+
+def test_a_crash_exits_4_not_1_which_would_read_as_a_critical_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: diagnose.PrometheusClient, expr: str) -> list[dict[str, Any]]:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(diagnose.PrometheusClient, "query", broken)
+    err = io.StringIO()
+    code = diagnose.main(["--prometheus.url", "http://127.0.0.1:1"], stdout=io.StringIO(), stderr=err)
+    assert code == diagnose.EXIT_INTERNAL
+    assert "KeyError: 'a bug'" in err.getvalue() and "internal error" in err.getvalue()
 
 
 def test_diagnose_refuses_a_bad_parameter_with_a_usage_error() -> None:
