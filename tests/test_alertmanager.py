@@ -2,20 +2,16 @@
 
 amtool checks the config, routes every severity and renders the templates with alerts built from the catalogue;
 then a real Alertmanager runs the shipped routes, inhibitions and templates against a loopback HTTP sink that
-stands in for Slack and a loopback SMTP sink that stands in for the mail server.
+stands in for Slack and a loopback SMTP sink that stands in for the mail server (tests/sinks.py).
 """
 
 from __future__ import annotations
 
 import datetime
-import email
-import email.policy
+import email.message
 import json
-import socketserver
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +23,7 @@ from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import AlertRule, resolve
 from tests.conftest import ROOT, require_tool
 from tests.promstack import Alertmanager, wait_until
+from tests.sinks import SlackSink, SmtpSink
 
 pytestmark = pytest.mark.tools
 
@@ -121,77 +118,12 @@ def test_title_counts_the_firing_alerts_of_a_group(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- real Alertmanager
 
 
-class SlackSink(ThreadingHTTPServer):
-    """Answers Slack-webhook POSTs with 200 and keeps their JSON bodies."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                sink.messages.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
-class SmtpSink(socketserver.ThreadingTCPServer):
-    """Just enough SMTP (RFC 5321) for Alertmanager: greets, accepts one message per DATA, keeps it."""
-
-    allow_reuse_address = True
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.EmailMessage] = []
-        sink = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def reply(self, line: str) -> None:
-                self.wfile.write(line.encode() + b"\r\n")
-
-            def handle(self) -> None:
-                self.reply("220 sink ESMTP")
-                while True:
-                    line = self.rfile.readline().decode(errors="replace").strip()
-                    if not line:
-                        return
-                    verb = line.split(" ", 1)[0].upper()
-                    if verb == "EHLO":
-                        self.reply("250-sink")
-                        self.reply("250 8BITMIME")
-                    elif verb == "DATA":
-                        self.reply("354 end with <CRLF>.<CRLF>")
-                        lines = []
-                        while (data := self.rfile.readline()) not in (b".\r\n", b".\n", b""):
-                            lines.append(data[1:] if data.startswith(b"..") else data)
-                        message = email.message_from_bytes(b"".join(lines), policy=email.policy.default)
-                        sink.messages.append(message)
-                        self.reply("250 queued")
-                    elif verb == "QUIT":
-                        self.reply("221 bye")
-                        return
-                    else:
-                        self.reply("250 ok")
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
 @pytest.fixture
 def sinks() -> Iterator[tuple[SlackSink, SmtpSink]]:
-    slack, smtp = SlackSink(), SmtpSink()
-    for server in (slack, smtp):
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+    slack, smtp = SlackSink().start(), SmtpSink().start()
     yield slack, smtp
-    for server in (slack, smtp):
-        server.shutdown()
-        server.server_close()
+    slack.stop()
+    smtp.stop()
 
 
 def local_config(tmp_path: Path, slack: SlackSink, smtp: SmtpSink) -> Path:
@@ -201,8 +133,8 @@ def local_config(tmp_path: Path, slack: SlackSink, smtp: SmtpSink) -> Path:
     config["global"].pop("smtp_auth_username")
     config["global"].pop("smtp_auth_password_file")
     config["global"].update({
-        "slack_api_url": f"http://127.0.0.1:{slack.server_address[1]}/services/T0/B0/X",
-        "smtp_smarthost": f"127.0.0.1:{smtp.server_address[1]}",
+        "slack_api_url": slack.url,
+        "smtp_smarthost": smtp.address,
         "smtp_require_tls": False,
     })
     config["route"]["group_wait"] = "1s"
@@ -242,9 +174,9 @@ def test_real_alertmanager_routes_inhibits_and_renders_to_slack_and_email(
 
         # Four notifications are not inhibited: InputBound(a), MemoryPressure critical(a), ExporterDown(b),
         # GpuSawtooth(a); all but the info-level sawtooth also go out by mail.
-        wait_until(lambda: len(slack.messages) >= 4 and len(smtp.messages) >= 3, 60, "notifications at the sinks")
-        texts = [slack_text(m) for m in slack.messages]
-        channels = {slack_text(m).split("\n")[0]: m.get("channel") for m in slack.messages}
+        wait_until(lambda: len(slack.payloads()) >= 4 and len(smtp.messages()) >= 3, 60, "notifications at the sinks")
+        texts = [slack_text(m) for m in slack.payloads()]
+        channels = {slack_text(m).split("\n")[0]: m.get("channel") for m in slack.payloads()}
         input_bound = [t for t in texts if t.startswith("[FIRING:1] BottleneckInputBound")]
         assert len(input_bound) == 1 and "node-a" in input_bound[0] and "node-b" not in input_bound[0]
         assert "*Verdict:* input-bound (data loading) (warning) on node-a job resnet50 rank 3" in input_bound[0]
@@ -256,11 +188,13 @@ def test_real_alertmanager_routes_inhibits_and_renders_to_slack_and_email(
         assert any(t.startswith("[FIRING:1] BottleneckGpuSawtooth") for t in channels)
         assert channels[next(t for t in channels if "GpuSawtooth" in t)] == "#training-insights"
 
-        recipients = {str(m["Subject"]).split("] ")[1].split(":")[0]: str(m["To"]) for m in smtp.messages}
+        mails = smtp.messages()
+        recipients = {str(m["Subject"]).split("] ")[1].split(":")[0]: str(m["To"]) for m in mails}
         assert recipients == {"BottleneckExporterDown": "ml-oncall@example.org",
                               "BottleneckMemoryPressure": "ml-oncall@example.org",
                               "BottleneckInputBound": "ml-training@example.org"}
-        mail = next(m for m in smtp.messages if "MemoryPressure" in str(m["Subject"]))
+        mail = next(m for m in mails if "MemoryPressure" in str(m["Subject"]))
+        assert isinstance(mail, email.message.EmailMessage)
         body = mail.get_body(preferencelist=("plain",))
         assert body is not None
         text = body.get_content()
