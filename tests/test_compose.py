@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from exporter.cli import DEFAULT_PORT, build_parser
+from exporter.heuristics.catalogue import resolve
+from exporter.push.paths import DEFAULT_SOCKET
 from tests.conftest import ROOT, require_tool
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
@@ -68,8 +70,11 @@ def test_image_build_points_at_the_dockerfile() -> None:
 def test_exporter_command_is_valid_flags() -> None:
     args = build_parser().parse_args(compose()["services"]["exporter"]["command"])
     assert args.procfs == "/host/proc" and args.listen_address == f":{DEFAULT_PORT}"
-    mounts = {v.split(":")[1] for v in compose()["services"]["exporter"]["volumes"]}
-    assert {args.procfs, args.sysfs, args.rootfs} <= mounts
+    volumes = dict(v.split(":")[1::-1] for v in compose()["services"]["exporter"]["volumes"])
+    assert {args.procfs, args.sysfs, args.rootfs} <= set(volumes)
+    # Training scripts on the host find the socket where the hook looks first, without configuration.
+    socket_dir = str(Path(DEFAULT_SOCKET).parent)
+    assert args.push_socket == DEFAULT_SOCKET and volumes[socket_dir] == socket_dir
 
 
 def test_prometheus_config_passes_promtool_with_the_mounted_rules(tmp_path: Path) -> None:
@@ -84,7 +89,7 @@ def test_prometheus_config_passes_promtool_with_the_mounted_rules(tmp_path: Path
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     (scrape,) = config["scrape_configs"]
-    assert scrape["job_name"] == "bottleneck-exporter" and scrape["honor_labels"] is True
+    assert scrape["job_name"] == resolve().parameters["exporter_job"] and scrape["honor_labels"] is True
     assert scrape["static_configs"][0]["targets"] == [f"host.docker.internal:{DEFAULT_PORT}"]
     (alertmanager,) = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     host, port = alertmanager.split(":")

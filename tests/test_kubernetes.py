@@ -19,6 +19,8 @@ import requests
 import yaml
 
 from exporter.cli import build_parser
+from exporter.heuristics.catalogue import resolve
+from exporter.push.paths import DEFAULT_SOCKET
 from exporter.web import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
 
@@ -183,6 +185,20 @@ def test_daemonset_args_are_exporter_flags() -> None:
     assert parse_listen_address(args.listen_address) == ("127.0.0.1", 9847)
 
 
+def test_push_socket_is_created_in_the_hostpath_training_pods_mount() -> None:
+    """--push.socket must lie in the hostPath directory, at the path the hook tries first (no configuration in
+    the training pods), or the pods' datagrams go nowhere."""
+    spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    socket = Path(build_parser().parse_args(exporter_args()).push_socket)
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(socket.parent))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == str(socket.parent)
+    assert str(socket) == DEFAULT_SOCKET
+    (init,) = spec["initContainers"]
+    assert any(m["name"] == mount["name"] for m in init["volumeMounts"]), "the init container hands the dir over"
+
+
 def test_service_and_monitor_point_at_the_metrics_port() -> None:
     objects = render("base")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
@@ -194,6 +210,10 @@ def test_service_and_monitor_point_at_the_metrics_port() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True, "the hook's job label must survive the scrape"
+    # The scrape job is the Service's jobLabel value: the rules' exporter_job, or BottleneckExporterDown
+    # (up{job="bottleneck-exporter"} == 0) never matches anything.
+    job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+    assert job == resolve().parameters["exporter_job"]
 
 
 def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_exporter: Any) -> None:
