@@ -249,15 +249,18 @@ class InProcessSource:
 
 
 def sample(source: ScrapeSource | InProcessSource, window: float, interval: float, instance: str,
-           progress: Callable[[float, float], None], clock: Callable[[], float] = time.time,
+           progress: Callable[[float, float], None], scrape_job: str, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep) -> tuple[SeriesStore, float, float]:
-    """Sample ``source`` every ``interval`` seconds for ``window`` seconds; returns (store, first, last)."""
+    """Sample ``source`` every ``interval`` seconds for ``window`` seconds; returns (store, first, last).
+
+    Each sample also records ``up{job=scrape_job} 1``, as Prometheus does for a successful scrape: the rules
+    about the monitoring itself (exporter down or absent) then read what they would read in Prometheus."""
     points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
     first = last = clock()
     end = first + window
     while True:
         now = clock()
-        for name, labels, value in source.samples():
+        for name, labels, value in [*source.samples(), ("up", {"job": scrape_job}, 1.0)]:
             if not math.isfinite(value) and not math.isnan(value):
                 continue
             key = tuple(sorted({**labels, "instance": instance, "__name__": name}.items()))
@@ -461,7 +464,8 @@ def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, 
     source.start()
     try:
         # A first scrape primes collectors whose ratios are "since the previous scrape".
-        store, first, last = sample(source, args.window, args.interval, socket.gethostname(), _progress(err))
+        store, first, last = sample(source, args.window, args.interval, socket.gethostname(), _progress(err),
+                                    str(resolve(overrides).parameters["exporter_job"]))
     finally:
         source.stop()
     window = max(1, math.ceil(last - first) + 1)

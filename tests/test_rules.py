@@ -104,7 +104,8 @@ def test_alert_rules_follow_the_conventions() -> None:
         annotations = rule["annotations"]
         assert {"summary", "description", "verdict", "advice", "runbook_url"} <= set(annotations)
         assert "$value" in annotations["description"] or rule["alert"] in (
-            "BottleneckGpuLost", "BottleneckExporterDown", "BottleneckCollectorFailing"), rule["alert"]
+            "BottleneckGpuLost", "BottleneckExporterDown", "BottleneckExporterAbsent", "BottleneckCollectorFailing"
+        ), rule["alert"]
         assert annotations["runbook_url"] == f"{base}#{rule['alert'].lower()}"
         assert f"\n## {rule['alert']}\n" in runbook, f"no runbook section (anchor) for {rule['alert']}"
 

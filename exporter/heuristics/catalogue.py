@@ -677,6 +677,24 @@ HEURISTICS: tuple[Heuristic, ...] = (
         scope=("instance", "job"), unit="short", group="exporter", tiers=(Tier("critical"),),
     ),
     Heuristic(
+        name="ExporterAbsent",
+        verdict="no exporter scraped (every verdict blind)",
+        expr='absent(up{job="${exporter_job}"})',
+        for_="15m",
+        summary="Prometheus scrapes no bottleneck-exporter (job ${exporter_job}).",
+        description="Prometheus has no target in job {{ $labels.job }}: no node is monitored, and "
+        "BottleneckExporterDown cannot fire either. The scrape job is missing, named differently from the "
+        "rules' exporter_job, or every exporter left service discovery.",
+        advice="Check the scrape config (job_name ${exporter_job}, or the ServiceMonitor's job label) and "
+        "Prometheus' targets page; if the job has another name, regenerate the rules with "
+        "--set exporter_job=NAME.",
+        meaning="Every other rule reads series from this scrape job; with no target at all they all stay "
+        "silent, which looks like a healthy fleet. BottleneckExporterDown watches targets that exist; this "
+        "alert watches for the job itself.",
+        evidence="`up{job=\"${exporter_job}\"}` (absent), Prometheus' /targets page, the DaemonSet's pods.",
+        scope=("job",), unit="short", group="exporter",
+    ),
+    Heuristic(
         name="CollectorFailing",
         verdict="collector failing",
         expr="bottleneck_scrape_collector_success == 0",

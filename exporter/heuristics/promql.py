@@ -5,7 +5,7 @@ this node with no Prometheus at hand, so the Python verdicts and the alert rules
 The scenario table checks it against ``promtool test rules`` on every heuristic.
 
 Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``increase``,
-``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``; ``sum avg min max count quantile``
+``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``, ``absent``; ``sum avg min max count quantile``
 with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
 and ``group_left``. Anything else is a :class:`PromQLError` naming the construct.
 
@@ -285,7 +285,7 @@ class Parser:
 
     def call(self) -> Node:
         func = self.take()[1]
-        if func not in (*RANGE_FUNCTIONS, "time"):
+        if func not in (*RANGE_FUNCTIONS, "time", "absent"):
             raise PromQLError(f"function {func}() is not supported by this evaluator")
         self.take("(")
         args: list[Node] = []
@@ -296,6 +296,8 @@ class Parser:
         self.take(")")
         if func == "time" and args:
             raise PromQLError("time() takes no arguments")
+        if func == "absent" and len(args) != 1:
+            raise PromQLError("absent() takes one instant vector")
         if func in RANGE_FUNCTIONS and (
             len(args) != 1 or not isinstance(args[0], Selector) or args[0].range_seconds is None
         ):
@@ -454,6 +456,8 @@ class Evaluator:
     def call(self, node: Call) -> Value:
         if node.func == "time":
             return self.at
+        if node.func == "absent":
+            return self.absent(node.args[0])
         selector = node.args[0]
         assert isinstance(selector, Selector) and selector.range_seconds is not None
         start = self.at - selector.range_seconds
@@ -477,6 +481,21 @@ class Evaluator:
             if result is not None:
                 out.append(Sample(_without_name(labels), result))
         return out
+
+    def absent(self, node: Node) -> Vector:
+        """One sample of value 1 when ``node`` selects nothing; its labels are the selector's equality
+        matchers (``absent(up{job="x"})`` → ``{job="x"}``), none for any other expression, as in Prometheus."""
+        inner = self.eval(node)
+        if isinstance(inner, float):
+            raise PromQLError("absent() needs an instant vector, got a scalar")
+        if inner:
+            return []
+        labels: dict[str, str] = {}
+        if isinstance(node, Selector):
+            for matcher in node.matchers:
+                if matcher.op == "=" and matcher.name != "__name__":
+                    labels[matcher.name] = matcher.value
+        return [Sample(labels, 1.0)]
 
     def aggregate(self, node: Aggregate) -> Vector:
         inner = self.eval(node.expr)
