@@ -25,6 +25,7 @@ import yaml
 
 from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import (
+    GROUPS,
     HEURISTICS,
     PARAMETERS,
     AlertRule,
@@ -43,7 +44,6 @@ RECORDING_RULES = "prometheus/recording-rules.yml"
 ALERT_RULES = "alerts/alert-rules.yml"
 RUNBOOK = "docs/runbook.md"
 RULE_TESTS = "tests/rules"
-GROUP_TITLES = {"training": "training", "node": "node", "gpu": "gpu", "exporter": "exporter"}
 
 
 def header(source: str, comment: str = "#") -> str:
@@ -91,7 +91,7 @@ def _alert_dict(rule: AlertRule) -> dict[str, Any]:
 
 def render_alert_rules(catalogue: Catalogue) -> str:
     groups = []
-    for group in GROUP_TITLES:
+    for group in GROUPS:
         rules = [_alert_dict(r) for r in catalogue.alerts if r.heuristic.group == group]
         groups.append({"name": f"bottleneck-{group}", "rules": rules})
     return header("exporter/heuristics/catalogue.py") + dump({"groups": groups})
