@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
@@ -52,6 +53,34 @@ def instrument(loader: Any, model: Any = None, optimizer: Any = None, *, job: st
         return loader
 
 
+def known_batch_sizes(loader: Any, samples: Samples) -> tuple[int, int, int] | None:
+    """``(size, batches, last size)`` of one pass over ``loader`` when its batches' sizes are known before
+    they are fetched; None when each batch's first dimension must be read.
+
+    Known: a fixed ``samples=N``, or a plain ``torch.utils.data.DataLoader`` over a map-style dataset with
+    its own ``BatchSampler`` and ``default_collate``: every batch then holds ``batch_size`` samples but the
+    last of a pass, which holds the rest. Why not just read the shape: asking torch for it inside the
+    training step costs more than the rest of the hook's per-batch work (benchmarks/hook_overhead.py).
+    """
+    if isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0:
+        return samples, 0, samples
+    if samples is not None:
+        return None
+    # A DataLoader means torch is imported; without it this is some other iterable.
+    data = sys.modules.get("torch.utils.data")
+    if data is None or type(loader) is not data.DataLoader or isinstance(loader.dataset, data.IterableDataset):
+        return None
+    batch_sampler = loader.batch_sampler
+    if type(batch_sampler) is not data.BatchSampler or loader.collate_fn is not data.default_collate:
+        return None
+    size = batch_sampler.batch_size
+    total = len(batch_sampler.sampler)
+    batches = len(batch_sampler)
+    if not isinstance(size, int) or size <= 0 or batches <= 0:
+        return None
+    return size, batches, size if batch_sampler.drop_last else total - (batches - 1) * size
+
+
 class InstrumentedLoader:
     def __init__(self, loader: Any, session: Session, step_per_batch: bool) -> None:
         self.loader = loader
@@ -68,7 +97,13 @@ class InstrumentedLoader:
                 session.set_loader(self.loader, [w.pid for w in workers if getattr(w, "pid", None)])
             except Exception:
                 session.failed("reading DataLoader workers")
-        return _InstrumentedIterator(iterator, session, self._step_per_batch)
+        sizes = None
+        if session.active:
+            try:
+                sizes = known_batch_sizes(self.loader, session.samples)
+            except Exception:
+                session.failed("reading DataLoader batch sizes")
+        return _InstrumentedIterator(iterator, session, self._step_per_batch, sizes)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -86,15 +121,22 @@ class _InstrumentedIterator:
     event is recorded for them.
     """
 
-    __slots__ = ("_clock", "_count_shapes", "_iterator", "_log", "_session", "_step_per_batch")
+    __slots__ = ("_batch_size", "_batches_left", "_clock", "_count_shapes", "_iterator", "_last_batch_size",
+                 "_log", "_session", "_step_per_batch")
 
-    def __init__(self, iterator: Iterator[Any], session: Session, step_per_batch: bool) -> None:
+    def __init__(self, iterator: Iterator[Any], session: Session, step_per_batch: bool,
+                 sizes: tuple[int, int, int] | None = None) -> None:
         self._iterator = iterator
         self._session = session
         self._clock = session.clock
         self._log = session.clock.log
         self._step_per_batch = step_per_batch
         self._count_shapes = session.samples is None
+        # With the sizes known, batches are counted down instead of looked at (see known_batch_sizes).
+        self._batch_size: int | None = None
+        self._batches_left = self._last_batch_size = 0
+        if sizes is not None:
+            self._batch_size, self._batches_left, self._last_batch_size = sizes
 
     def __iter__(self) -> _InstrumentedIterator:
         return self
@@ -125,7 +167,12 @@ class _InstrumentedIterator:
                 log = self._log
                 log.append(OTHER)
                 log.append(perf_counter())
-                if self._count_shapes:
+                size = self._batch_size
+                if size is not None:
+                    left = self._batches_left - 1
+                    self._batches_left = left
+                    self._clock.fetched_samples += size if left else self._last_batch_size
+                elif self._count_shapes:
                     # The common batches inline (a tensor, or a tuple/list starting with one), the rest in
                     # Session.add_batch.
                     shape = getattr(batch, "shape", None)
