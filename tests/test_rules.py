@@ -110,6 +110,12 @@ def test_alert_rules_follow_the_conventions() -> None:
         assert f"\n## {rule['alert']}\n" in runbook, f"no runbook section (anchor) for {rule['alert']}"
 
 
+def test_no_parameter_is_left_unfilled_in_a_generated_file() -> None:
+    """Regression: the runbook printed the meaning and evidence texts raw (`up{job="${exporter_job}"}`)."""
+    for path, text in OUTPUTS().items():
+        assert not cat.PARAM.search(text), f"{path}: {cat.PARAM.search(text)}"
+
+
 def test_recording_rules_are_named_level_metric_operation() -> None:
     for record in CATALOGUE.records:
         level, metric, operation = record.record.split(":")

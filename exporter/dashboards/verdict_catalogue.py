@@ -34,6 +34,8 @@ class Verdict:
     signals: tuple[str, ...]  # recorded series compared against the thresholds; none: show the alert state
     thresholds: tuple[tuple[str, float], ...]  # (severity, value) per tier
     runbook_url: str
+    meaning: str  # the catalogue's texts with the parameters filled in
+    advice: str
 
     @property
     def alert(self) -> str:
@@ -64,7 +66,8 @@ def verdicts() -> tuple[Verdict, ...]:
                 else:
                     value = match.group(3)
                 thresholds.append((rule.severity, float(value)))
-        found.append(Verdict(heuristic, tuple(signals), tuple(thresholds), rules[0].runbook_url))
+        found.append(Verdict(heuristic, tuple(signals), tuple(thresholds), rules[0].runbook_url, rules[0].meaning,
+                             rules[0].advice))
     return tuple(found)
 
 

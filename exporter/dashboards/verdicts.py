@@ -51,7 +51,7 @@ def legend(verdict: Verdict, signal: str = "") -> str:
 def verdict_panel(verdict: Verdict) -> Panel:
     heuristic = verdict.heuristic
     tiers = ", ".join(f"{severity} at {value:g}" for severity, value in verdict.thresholds)
-    text = f"{heuristic.verdict}: {heuristic.meaning} Advice: {heuristic.advice}"
+    text = f"{heuristic.verdict}: {verdict.meaning} Advice: {verdict.advice}"
     title = f"{heuristic.verdict} ({verdict.alert})"
     if verdict.signals:
         several = len(verdict.signals) > 1

@@ -89,7 +89,7 @@ class Heuristic:
     def parameters(self) -> tuple[str, ...]:
         """Parameter names this heuristic reads, including its records' and its tiers' thresholds."""
         names: list[str] = []
-        texts = [self.expr, self.description, self.summary, self.advice]
+        texts = [self.expr, self.description, self.summary, self.advice, self.meaning, self.evidence]
         for key in records_used(self.expr):
             texts.append(RECORDS[key].expr)
             texts.append(RECORDS[key].name)
@@ -734,6 +734,8 @@ class AlertRule:
     summary: str
     description: str  # still a Prometheus template ($value, $labels)
     advice: str
+    meaning: str  # runbook text, parameters filled in
+    evidence: str
     runbook_url: str
     thresholds: dict[str, float | str]  # parameter → value this tier uses
 
@@ -890,6 +892,8 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
                 summary=_fill(heuristic.summary, params),
                 description=_fill(heuristic.description, params),
                 advice=_fill(heuristic.advice, params),
+                meaning=_fill(heuristic.meaning, params),
+                evidence=_fill(heuristic.evidence, params),
                 runbook_url=f"{base}#{heuristic.anchor}",
                 thresholds=thresholds,
             ))

@@ -180,8 +180,8 @@ def render_runbook(catalogue: Catalogue) -> str:
         lines += ["", f"## {alert}", "",
                   f"**Verdict:** {h.verdict}. **Severity:** {' / '.join(r.severity for r in rules)}. "
                   f"**For:** {rules[0].for_}. **Subject:** one alert per {', '.join(f'`{s}`' for s in h.scope)}.",
-                  "", "**What it means.** " + h.meaning, "",
-                  "**Evidence.** " + h.evidence + " The alert's value (`$value`) is shown in the description:",
+                  "", "**What it means.** " + rules[0].meaning, "",
+                  "**Evidence.** " + rules[0].evidence + " The alert's value (`$value`) is shown in the description:",
                   "", "> " + rules[0].description, ""]
         for rule in rules:
             thresholds = ", ".join(f"`{k}` = {format_value(v)}" for k, v in rule.thresholds.items())
