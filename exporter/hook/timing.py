@@ -1,9 +1,10 @@
 """Step timing inside the training process: host phases from a monotonic clock, GPU phases from CUDA events.
 
-``StepClock`` partitions the host timeline: each mark ``switch(phase)`` closes the running phase, so the
-phases of a step add up to (at most) the step. ``GpuTimer`` records an event at the same marks and reads
-them back steps later, only once ``query()`` says the GPU has passed them: it never calls ``synchronize()``
-or anything else that waits on the device. Both end up as cumulative totals in the datagram::
+``StepClock`` partitions the host timeline: each mark closes the running phase and opens the next, so the
+phases of a step add up to (at most) the step; marks are logged as they happen and folded into totals
+later. ``GpuTimer`` records an event at the same marks and reads them back steps later, only once
+``query()`` says the GPU has passed them: it never calls ``synchronize()`` or anything else that waits on
+the device. Both end up as cumulative totals in the datagram::
 
     bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="forward"} 0.9
     bottleneck_train_gpu_phase_seconds_total{job="resnet",rank="0",phase="forward"} 0.8
@@ -83,25 +84,29 @@ class StepClock:
         count = len(log) & ~1  # whole (phase, time) pairs only
         if not count:
             return
+        # Only what is read here: a mark appended meanwhile (by another thread) stays for the next fold.
+        marks = iter(log[:count])
+        del log[:count]
         totals, buckets = self._phase_totals, self._buckets
         current, since, step_start = self._current, self._since, self._step_start
         steps, step_seconds = self._steps, self._step_seconds
-        for index in range(0, count, 2):
-            phase, now = log[index], log[index + 1]
-            if since is None:
-                step_start = now
-            else:
-                totals[current] += now - since
-                if phase == STEP_END:
-                    duration = now - step_start
-                    step_start = now
-                    steps += 1
-                    step_seconds += duration
-                    buckets[bisect_left(STEP_BUCKETS, duration)] += 1
-            current = OTHER if phase == STEP_END else phase
+        if since is None:  # the first mark ever starts the first step
+            current, since = next(marks), next(marks)
+            step_start = since
+            if current == STEP_END:
+                current = OTHER
+        for phase, now in zip(marks, marks, strict=False):  # one iterator twice: (phase, time) pairs
+            totals[current] += now - since
             since = now
-        # Only what was read: a mark appended meanwhile (another thread) stays for the next fold.
-        del log[:count]
+            if phase == STEP_END:
+                duration = now - step_start
+                step_start = now
+                steps += 1
+                step_seconds += duration
+                buckets[bisect_left(STEP_BUCKETS, duration)] += 1
+                current = OTHER
+            else:
+                current = phase
         self._current, self._since, self._step_start = current, since, step_start
         self._steps, self._step_seconds = steps, step_seconds
 
