@@ -17,6 +17,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, TensorDataset
 
+from exporter.heuristics.catalogue import PARAMETERS
 from exporter.hook import instrument
 from exporter.hook.session import Session
 from exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
@@ -151,7 +152,9 @@ def test_fast_dataset_with_two_workers_is_not_input_bound(start_exporter, traine
     trainers.append(Trainer(tmp_path, sock, "fastjob", "fast", workers=2))
     first, second = window(exporter, "fastjob", more_steps=20)
 
-    assert share(first, second, "fastjob", "data_wait") < 0.2
+    # Below the verdict's threshold, with a margin: the share itself moves with the machine's load (0.1 on a
+    # quiet 2-core machine, 0.22 with other work on it), the verdict must not.
+    assert share(first, second, "fastjob", "data_wait") < 0.6 * float(PARAMETERS["data_wait_ratio"].default)
     assert value(second, "bottleneck_train_dataloader_num_workers", job="fastjob") == 2
     assert value(second, "bottleneck_train_dataloader_persistent_workers", job="fastjob") == 1
     info = [dict(lbls) for (n, lbls), _ in second.items()
