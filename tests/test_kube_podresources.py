@@ -9,7 +9,10 @@ does.
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -26,6 +29,7 @@ from exporter.collectors.kubernetes import KubernetesCollector
 from exporter.kube.podresources import PodResourcesError
 from exporter.orchestrator import Orchestrator
 from exporter.training_registry import TrainingRegistry
+from tests.conftest import ROOT, require_tool
 
 GPU0 = "GPU-5e0c1d2a-3b4c-5d6e-7f80-91a2b3c4d5e6"
 GPU1 = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
@@ -266,3 +270,38 @@ def test_bad_option_is_refused_naming_it(tmp_path: Path, flag: str) -> None:
 
     with pytest.raises(ConfigError, match=flag.split("=")[0].removeprefix("--")):
         collector(tmp_path / "kubelet.sock", flag)
+
+
+NON_ROOT_SCRAPE = """
+import logging, sys
+from prometheus_client import CollectorRegistry, generate_latest
+from exporter.cli import build_collectors, build_parser
+from exporter.orchestrator import Orchestrator
+from exporter.training_registry import TrainingRegistry
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+args = build_parser().parse_args(["--collector.disable-defaults", "--collector.kubernetes",
+                                  "--collector.kubernetes.pod-resources-socket=" + sys.argv[1]])
+registry = CollectorRegistry(auto_describe=False)
+registry.register(Orchestrator(build_collectors(args, {}, TrainingRegistry())))
+for _ in range(3):
+    text = generate_latest(registry).decode()
+print(text)
+"""
+
+
+def test_root_only_socket_as_a_non_root_user_is_said_once_and_not_a_failure(kubelet: Any) -> None:
+    """The kubelet's socket is srwxr-xr-x root: the base DaemonSet (uid 10001) cannot connect. That is how the
+    node is, not a failing collector (BottleneckCollectorFailing would fire on every node)."""
+    server = kubelet()
+    # The kubelet's socket has no write bit for this user; as root, the scrape runs in a user namespace where
+    # it has no capability to override that (CAP_DAC_OVERRIDE), like the DaemonSet's uid 10001.
+    server.path.chmod(0o555)
+    command = [sys.executable, "-c", NON_ROOT_SCRAPE, str(server.path)]
+    if os.getuid() == 0:
+        command = [require_tool("unshare"), "--user", *command]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert 'bottleneck_scrape_collector_success{collector="kubernetes"} 1.0' in result.stdout
+    assert "bottleneck_gpu_kubernetes_info" not in result.stdout
+    assert server.calls == 0
+    assert result.stderr.count("not writable by uid") == 1, result.stderr

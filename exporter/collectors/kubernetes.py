@@ -4,7 +4,8 @@ API (``exporter.kube.podresources``), joinable on ``uuid`` with every GPU series
     bottleneck_gpu_kubernetes_info{uuid="GPU-5e0c…",resource="nvidia.com/gpu",namespace="ml",pod="bert-0",container="trainer"} 1.0
     bottleneck_gpu_kubernetes_info{uuid="MIG-77a1…",resource="nvidia.com/mig-1g.18gb",namespace="ml",pod="nb-3",container="lab"} 1.0
 
-Off Kubernetes (no socket) the collector exports nothing and says so once. The kubelet is asked at most once
+Off Kubernetes (no socket), or when the socket is root-only and the exporter is not root, the collector
+exports nothing and says so once. The kubelet is asked at most once
 per ``refresh-interval`` whatever the number of scrapes, with a ``timeout`` so a stuck kubelet costs a scrape
 at most that long; a kubelet that does not answer fails this collector (success 0) until it answers again.
 """
@@ -69,27 +70,33 @@ class KubernetesCollector:
         self._lock = threading.Lock()
         self._polled_at: float | None = None
         self._answer: list[GpuAllocation] | PodResourcesError = []
-        self._socket_present: bool | None = None
+        self._socket_state = ""
         self._unjoinable_logged = False
 
-    def _socket_exists(self) -> bool:
-        present = os.path.exists(self.socket)
-        if present != self._socket_present:
-            if present:
-                log.info("kubelet pod-resources socket %s found: GPU series get their pod", self.socket)
-            else:
+    def _socket_usable(self) -> bool:
+        """Whether to ask the kubelet. No socket (off Kubernetes) and a socket this user may not connect to
+        (the kubelet makes it root-only) are states of the node, not failures: said once, nothing exported."""
+        if not os.path.exists(self.socket):
+            state = "absent"
+        else:
+            state = "usable" if os.access(self.socket, os.W_OK) else "forbidden"
+        if state != self._socket_state:
+            if state == "usable":
+                log.info("kubelet pod-resources socket %s found: GPUs are attributed to pods", self.socket)
+            elif state == "absent":
                 log.info("no kubelet pod-resources socket at %s: GPUs are not attributed to pods (normal off "
                          "Kubernetes)", self.socket)
-            self._socket_present = present
-        return present
+            else:
+                log.warning("kubelet pod-resources socket %s is not writable by uid %d (the kubelet makes it "
+                            "root-only): GPUs are not attributed to pods; run the exporter as root "
+                            "(overlays/gpu-nodes does, see docs/deploy.md)", self.socket, os.getuid())
+            self._socket_state = state
+        return state == "usable"
 
     def _poll(self) -> list[GpuAllocation] | PodResourcesError:
         try:
             response = list_pod_resources(self.socket, self.timeout)
         except PodResourcesError as err:
-            if not os.access(self.socket, os.W_OK):
-                return PodResourcesError(f"{err} (the socket is not writable by uid {os.getuid()}: the kubelet "
-                                         "makes it root-only; see docs/deploy.md)")
             return err
         allocations, unjoinable = gpu_allocations(response, self.resources)
         if unjoinable and not self._unjoinable_logged:
@@ -100,7 +107,7 @@ class KubernetesCollector:
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
-            if not self._socket_exists():
+            if not self._socket_usable():
                 self._polled_at = None
                 return
             now = self._clock()
