@@ -20,6 +20,7 @@ import yaml
 
 from exporter.cli import build_parser
 from exporter.heuristics.catalogue import resolve
+from exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from exporter.push.paths import DEFAULT_SOCKET
 from exporter.web import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
@@ -228,3 +229,33 @@ def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_export
                                "--push.socket-mode=0666"])
     assert requests.get(f"{exporter.url}/-/ready", timeout=5).status_code == 200
     assert (tmp_path / "push.sock").stat().st_mode & 0o777 == 0o666
+
+
+def test_daemonset_mounts_the_kubelet_pod_resources_directory_read_only_and_no_more() -> None:
+    """The kubernetes collector's default socket lies in a read-only mount of exactly that host directory,
+    and every other host path is the node-exporter set (plus the push socket's directory, the only writable)."""
+    spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert sorted(host_paths.values()) == ["/", "/proc", "/run/bottleneck-exporter", "/sys",
+                                           "/var/lib/kubelet/pod-resources"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    writable = {name for name in host_paths if not mounts[name].get("readOnly")}
+    assert writable == {"push-socket"}
+    socket_dir = str(Path(DEFAULT_POD_RESOURCES_SOCKET).parent)
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == socket_dir)
+    assert mount["readOnly"] is True
+    assert host_paths[mount["name"]] == socket_dir, "the kubelet's directory, mounted where the collector looks"
+
+
+def test_gpu_overlay_runs_the_exporter_as_root_without_any_capability() -> None:
+    """The kubelet's pod-resources socket is root-only; root here must not mean privileged."""
+    spec = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    context = container["securityContext"]
+    assert context["runAsUser"] == 0 and context["runAsNonRoot"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
+    assert "privileged" not in context
+    base = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    assert "runAsUser" not in base["containers"][0]["securityContext"], "the base stays non-root"
