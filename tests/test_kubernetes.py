@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ from tests.conftest import FIXTURES, ROOT, require_tool
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 GENERATOR = KUBERNETES / "generate_prometheusrule.py"
+DASHBOARDS_GENERATOR = KUBERNETES / "generate_dashboards.py"
+DASHBOARD_FILES = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 CRDS = FIXTURES / "crds"
 KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
@@ -83,8 +86,12 @@ KUSTOMIZATIONS = ["base", "overlays/gpu-nodes"]
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_kustomization_renders_every_object(kustomization: str) -> None:
-    kinds = sorted(o["kind"] for o in render(kustomization))
-    assert kinds == sorted(CORE_KINDS | set(CRD_KINDS))
+    objects = render(kustomization)
+    assert {o["kind"] for o in objects} == CORE_KINDS | set(CRD_KINDS)
+    configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert len(configmaps) == 1 + len(DASHBOARD_FILES), "the exporter's config and one per dashboard"
+    assert all(len([o for o in objects if o["kind"] == kind]) == 1 for kind in CORE_KINDS - {"ConfigMap"})
+
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -219,7 +226,7 @@ def test_service_and_monitor_point_at_the_metrics_port() -> None:
 
 def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_exporter: Any) -> None:
     """The ConfigMap's config.yml, mounted where the DaemonSet says, starts a real exporter."""
-    configmap = by_kind(render("base"), "ConfigMap")
+    (configmap,) = [o for o in render("base") if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
     daemonset = by_kind(render("base"), "DaemonSet")
     assert configmap["metadata"]["name"] in {v.get("configMap", {}).get("name")
                                              for v in daemonset["spec"]["template"]["spec"]["volumes"]}
@@ -259,3 +266,55 @@ def test_gpu_overlay_runs_the_exporter_as_root_without_any_capability() -> None:
     assert "privileged" not in context
     base = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
     assert "runAsUser" not in base["containers"][0]["securityContext"], "the base stays non-root"
+
+
+# ---- dashboards for kube-prometheus-stack's Grafana ----
+
+def dashboard_configmaps(kustomization: str = "base") -> list[dict[str, Any]]:
+    return [o for o in render(kustomization)
+            if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"]
+
+
+def test_dashboard_configmaps_are_generated_from_the_committed_dashboards() -> None:
+    """Drift: the ConfigMaps hold every grafana/dashboards/*.json byte for byte."""
+    result = subprocess.run([sys.executable, str(DASHBOARDS_GENERATOR), "--check"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    data = {key: value for cm in dashboard_configmaps() for key, value in cm["data"].items()}
+    assert data == {path.name: path.read_text() for path in DASHBOARD_FILES}
+    first_line = (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text().splitlines()[0]
+    assert "generate_dashboards.py" in first_line
+
+
+def test_stale_dashboard_configmaps_are_reported(tmp_path: Path) -> None:
+    """The check fails when a dashboard changes and the ConfigMaps were not regenerated."""
+    sys.path.insert(0, str(KUBERNETES))
+    try:
+        import generate_dashboards
+    finally:
+        sys.path.remove(str(KUBERNETES))
+    for path in DASHBOARD_FILES:
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / DASHBOARD_FILES[0].name).write_text(DASHBOARD_FILES[0].read_text().replace("Bottleneck", "Bottle"))
+    assert generate_dashboards.render(tmp_path) != (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text()
+    assert generate_dashboards.render() == (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text()
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_dashboard_is_labelled_for_the_grafana_sidecar(kustomization: str) -> None:
+    configmaps = dashboard_configmaps(kustomization)
+    assert len(configmaps) == len(DASHBOARD_FILES)
+    for configmap in configmaps:
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"  # a string: labels are strings
+        (text,) = configmap["data"].values()
+        assert json.loads(text)["uid"], configmap["metadata"]["name"]
+
+
+def test_dashboard_configmaps_fit_kubernetes_size_limits() -> None:
+    """1 MiB per object (etcd), and client-side apply's last-applied-configuration annotation (the whole object
+    as JSON) under the 256 KiB limit on all annotations, so even `kubectl apply` without --server-side works."""
+    for configmap in dashboard_configmaps():
+        as_json = json.dumps(configmap, separators=(",", ":"))
+        assert len(as_json.encode()) < 1024 * 1024
+        assert len(as_json.encode()) + sum(map(len, configmap["metadata"]["annotations"].values())) < 256 * 1024, \
+            configmap["metadata"]["name"]
