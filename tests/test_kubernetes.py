@@ -81,7 +81,7 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
-KUSTOMIZATIONS = ["base", "overlays/gpu-nodes"]
+KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -318,3 +318,21 @@ def test_dashboard_configmaps_fit_kubernetes_size_limits() -> None:
         assert len(as_json.encode()) < 1024 * 1024
         assert len(as_json.encode()) + sum(map(len, configmap["metadata"]["annotations"].values())) < 256 * 1024, \
             configmap["metadata"]["name"]
+
+
+def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() -> None:
+    """kube-prometheus-stack's Prometheus selects ServiceMonitors and PrometheusRules by `release: <release>`;
+    the overlay builds on gpu-nodes (the GPU Operator labels GPU nodes and creates the nvidia RuntimeClass)."""
+    objects = render("overlays/kube-prometheus-stack")
+    for kind in CRD_KINDS:
+        assert by_kind(objects, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+        assert crd_errors(by_kind(objects, kind)) == []
+    assert by_kind(objects, "DaemonSet")["spec"] == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
+    assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
+
+
+def test_servicemonitor_drops_the_exporter_pods_own_pod_and_container_target_labels() -> None:
+    """Otherwise every host series, and a trainer outside any pod, would say pod="bottleneck-exporter-xxxxx"."""
+    (endpoint,) = by_kind(render("base"), "ServiceMonitor")["spec"]["endpoints"]
+    drops = [r for r in endpoint["relabelings"] if r["action"] == "labeldrop"]
+    assert [r["regex"] for r in drops] == ["pod|container"]
