@@ -1,8 +1,10 @@
 """GPUs held by pods: one info series per GPU (or MIG instance) and container, from the kubelet's pod-resources
 API (``exporter.kube.podresources``), joinable on ``uuid`` with every GPU series::
 
-    bottleneck_gpu_kubernetes_info{uuid="GPU-5e0c…",resource="nvidia.com/gpu",namespace="ml",pod="bert-0",container="trainer"} 1.0
-    bottleneck_gpu_kubernetes_info{uuid="MIG-77a1…",resource="nvidia.com/mig-1g.18gb",namespace="ml",pod="nb-3",container="lab"} 1.0
+    bottleneck_gpu_kubernetes_info{uuid="GPU-5e0c…",resource="nvidia.com/gpu",namespace="ml",pod="bert-0",
+                                   container="trainer"} 1.0
+    bottleneck_gpu_kubernetes_info{uuid="MIG-77a1…",resource="nvidia.com/mig-1g.18gb",namespace="ml",pod="nb-3",
+                                   container="lab"} 1.0
 
 Off Kubernetes (no socket), or when the socket is root-only and the exporter is not root, the collector
 exports nothing and says so once. The kubelet is asked at most once
