@@ -9,8 +9,8 @@ a GPU by its UUID (``GPU-…``), a MIG instance by its MIG UUID (``MIG-…``) an
 The messages are built from a descriptor written here rather than from protoc output: six fields of four
 messages are read (numbers from kubelet's ``pkg/apis/podresources/v1/api.proto``), unknown fields (CPU ids,
 memory, topology, DRA) are skipped by the parser, and no generated module ties the code to one protobuf
-release (protoc output refuses an older runtime). ``grpc`` is imported on the first call, so a node without
-the socket never loads it.
+release (protoc output refuses an older runtime). ``grpc`` and ``protobuf`` are imported on the first call, so
+a node without the socket never loads them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import functools
 import re
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 DEFAULT_GPU_RESOURCES = r"nvidia\.com/(gpu(\.shared)?|mig-.+)"
@@ -29,8 +27,8 @@ DEFAULT_GPU_RESOURCES = r"nvidia\.com/(gpu(\.shared)?|mig-.+)"
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+")
 
 # (message, [(field, number, type, repeated, message type)]) — the subset of the v1 API this reader uses.
-_STRING = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
-_MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+# Types as google.protobuf.descriptor_pb2.FieldDescriptorProto numbers them.
+_STRING, _MESSAGE = 9, 11
 _MESSAGES: tuple[tuple[str, tuple[tuple[str, int, int, bool, str], ...]], ...] = (
     ("ListPodResourcesRequest", ()),
     ("ListPodResourcesResponse", (("pod_resources", 1, _MESSAGE, True, "PodResources"),)),
@@ -45,6 +43,10 @@ _MESSAGES: tuple[tuple[str, tuple[tuple[str, int, int, bool, str], ...]], ...] =
 @functools.cache
 def messages() -> dict[str, Any]:
     """Message classes by name, in a pool of their own (another ``v1`` package in the default pool would clash)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    assert descriptor_pb2.FieldDescriptorProto.TYPE_STRING == _STRING
+    assert descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE == _MESSAGE
     file = descriptor_pb2.FileDescriptorProto(name="bottleneck_exporter/podresources_v1.proto", package="v1",
                                               syntax="proto3")
     for name, fields in _MESSAGES:
