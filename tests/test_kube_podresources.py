@@ -293,12 +293,13 @@ def test_root_only_socket_as_a_non_root_user_is_said_once_and_not_a_failure(kube
     """The kubelet's socket is srwxr-xr-x root: the base DaemonSet (uid 10001) cannot connect. That is how the
     node is, not a failing collector (BottleneckCollectorFailing would fire on every node)."""
     server = kubelet()
-    # The kubelet's socket has no write bit for this user; as root, the scrape runs in a user namespace where
-    # it has no capability to override that (CAP_DAC_OVERRIDE), like the DaemonSet's uid 10001.
+    # No write bit for anyone on the socket; as root, the scrape runs without capabilities (so without the
+    # CAP_DAC_OVERRIDE that would ignore the mode), which leaves it where the DaemonSet's uid 10001 is.
     server.path.chmod(0o555)
     command = [sys.executable, "-c", NON_ROOT_SCRAPE, str(server.path)]
     if os.getuid() == 0:
-        command = [require_tool("unshare"), "--user", *command]
+        command = [require_tool("setpriv"), "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+                   *command]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert 'bottleneck_scrape_collector_success{collector="kubernetes"} 1.0' in result.stdout
