@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import FIXTURES
 from tests.promstack import Prometheus, Target, wait_until
 from tests.test_kube_identity import fixture_proc, host_root
 from tests.test_kube_podresources import Kubelet, container, devices, pod, response
+from tests.test_kubernetes import by_kind, render
 
 pytestmark = [pytest.mark.live, pytest.mark.tools]
 
@@ -55,3 +57,64 @@ def test_gpu_and_trainer_series_join_their_pods_in_prometheus(tmp_path: Path, st
     finally:
         kubelet.stop()
     assert kubelet.calls >= 1
+
+
+def operator_scrape_config(port: int, honor_labels: bool) -> dict[str, Any]:
+    """The scrape config prometheus-operator makes of our ServiceMonitor: its own target labels (namespace,
+    pod, container of the scraped pod, from Kubernetes service discovery, here static), then the
+    ServiceMonitor's relabelings, taken from the rendered manifest."""
+    (endpoint,) = by_kind(render("base"), "ServiceMonitor")["spec"]["endpoints"]
+    relabelings = [{"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]} if r["action"] == "replace"
+                   else {"action": r["action"], "regex": r["regex"]} for r in endpoint["relabelings"]]
+    return {"scrape_configs": [{
+        "job_name": "bottleneck-exporter", "honor_labels": honor_labels, "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": {
+            "__meta_kubernetes_namespace": "monitoring", "__meta_kubernetes_pod_name": "bottleneck-exporter-x7k2p",
+            "__meta_kubernetes_pod_container_name": "bottleneck-exporter",
+            "__meta_kubernetes_pod_node_name": "gpu-node-1"}}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+            *relabelings],
+    }]}
+
+
+@pytest.mark.parametrize("honor_labels", [True, False])
+def test_servicemonitor_keeps_the_workloads_pod_and_drops_the_exporters(
+        tmp_path: Path, start_exporter: Any, honor_labels: bool) -> None:
+    """What the docs promise of the shipped ServiceMonitor, with a real Prometheus: trainer and GPU series keep
+    their workload's pod; no series says the exporter's own pod; only `namespace` meets the target's."""
+    kubelet = Kubelet(tmp_path / "kubelet.sock", lambda: KUBELET)
+    try:
+        exporter = start_exporter([
+            "--collector.disable-defaults", "--collector.gpu", "--collector.kubernetes", "--collector.training",
+            f"--collector.gpu.profile={MIG_PROFILE}", f"--path.procfs={fixture_proc(tmp_path)}",
+            f"--path.rootfs={host_root(tmp_path)}",
+            f"--collector.kubernetes.pod-resources-socket={tmp_path / 'kubelet.sock'}"])
+        workdir = tmp_path / "prom"
+        workdir.mkdir()
+        prometheus = Prometheus(workdir, [], [])
+        prometheus.config.write_text(yaml.safe_dump(operator_scrape_config(exporter.port, honor_labels)))
+        prometheus.start()
+        try:
+            wait_until(lambda: prometheus.query("bottleneck_gpu_kubernetes_info"), 90, "a scrape")
+            namespace = "namespace" if honor_labels else "exported_namespace"
+            trainer = prometheus.query('bottleneck_training_threads{process="train.py", local_rank="0", role="main"}')
+            assert [(r["metric"].get(namespace), r["metric"].get("pod"), r["metric"].get("container"))
+                    for r in trainer] == [("ml", "bert-worker-0", "trainer")]
+            assert all(r["metric"]["instance"] == "gpu-node-1" for r in trainer)
+            gpus = prometheus.query("bottleneck_gpu_kubernetes_info")
+            assert sorted(r["metric"]["pod"] for r in gpus) == ["bert-worker-0", "nb-3"]
+            # Not a workload's: no pod at all, and the namespace is the exporter's (the target's).
+            for expr in ('bottleneck_training_threads{local_rank!="0", role="main"}',
+                         'bottleneck_gpu_memory_used_bytes{gpu="0"}', "up"):
+                series = prometheus.query(expr)
+                assert series, expr
+                assert all("pod" not in r["metric"] and "container" not in r["metric"] for r in series), expr
+                assert all(r["metric"]["namespace"] == "monitoring" for r in series), expr
+        finally:
+            prometheus.stop()
+    finally:
+        kubelet.stop()
