@@ -45,8 +45,9 @@ bench: venv tools
 	$(PY) benchmarks/hook_overhead.py
 
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
-# dashboards, the Kubernetes PrometheusRule. Tests fail when a committed file differs from this output.
+# dashboards, the Kubernetes PrometheusRule and dashboard ConfigMaps. Tests fail when a committed file differs from this output.
 generate: venv
 	$(PY) -m exporter.heuristics.generate
 	$(PY) -m exporter.dashboards
 	$(PY) deploy/kubernetes/generate_prometheusrule.py
+	$(PY) deploy/kubernetes/generate_dashboards.py

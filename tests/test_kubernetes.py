@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,15 @@ import yaml
 
 from exporter.cli import build_parser
 from exporter.heuristics.catalogue import resolve
+from exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from exporter.push.paths import DEFAULT_SOCKET
 from exporter.web import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 GENERATOR = KUBERNETES / "generate_prometheusrule.py"
+DASHBOARDS_GENERATOR = KUBERNETES / "generate_dashboards.py"
+DASHBOARD_FILES = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 CRDS = FIXTURES / "crds"
 KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
@@ -77,13 +81,17 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
-KUSTOMIZATIONS = ["base", "overlays/gpu-nodes"]
+KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_kustomization_renders_every_object(kustomization: str) -> None:
-    kinds = sorted(o["kind"] for o in render(kustomization))
-    assert kinds == sorted(CORE_KINDS | set(CRD_KINDS))
+    objects = render(kustomization)
+    assert {o["kind"] for o in objects} == CORE_KINDS | set(CRD_KINDS)
+    configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert len(configmaps) == 1 + len(DASHBOARD_FILES), "the exporter's config and one per dashboard"
+    assert all(len([o for o in objects if o["kind"] == kind]) == 1 for kind in CORE_KINDS - {"ConfigMap"})
+
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -218,7 +226,7 @@ def test_service_and_monitor_point_at_the_metrics_port() -> None:
 
 def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_exporter: Any) -> None:
     """The ConfigMap's config.yml, mounted where the DaemonSet says, starts a real exporter."""
-    configmap = by_kind(render("base"), "ConfigMap")
+    (configmap,) = [o for o in render("base") if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
     daemonset = by_kind(render("base"), "DaemonSet")
     assert configmap["metadata"]["name"] in {v.get("configMap", {}).get("name")
                                              for v in daemonset["spec"]["template"]["spec"]["volumes"]}
@@ -228,3 +236,103 @@ def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_export
                                "--push.socket-mode=0666"])
     assert requests.get(f"{exporter.url}/-/ready", timeout=5).status_code == 200
     assert (tmp_path / "push.sock").stat().st_mode & 0o777 == 0o666
+
+
+def test_daemonset_mounts_the_kubelet_pod_resources_directory_read_only_and_no_more() -> None:
+    """The kubernetes collector's default socket lies in a read-only mount of exactly that host directory,
+    and every other host path is the node-exporter set (plus the push socket's directory, the only writable)."""
+    spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert sorted(host_paths.values()) == ["/", "/proc", "/run/bottleneck-exporter", "/sys",
+                                           "/var/lib/kubelet/pod-resources"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    writable = {name for name in host_paths if not mounts[name].get("readOnly")}
+    assert writable == {"push-socket"}
+    socket_dir = str(Path(DEFAULT_POD_RESOURCES_SOCKET).parent)
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == socket_dir)
+    assert mount["readOnly"] is True
+    assert host_paths[mount["name"]] == socket_dir, "the kubelet's directory, mounted where the collector looks"
+
+
+def test_gpu_overlay_runs_the_exporter_as_root_without_any_capability() -> None:
+    """The kubelet's pod-resources socket is root-only; root here must not mean privileged."""
+    spec = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    context = container["securityContext"]
+    assert context["runAsUser"] == 0 and context["runAsNonRoot"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
+    assert "privileged" not in context
+    base = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    assert "runAsUser" not in base["containers"][0]["securityContext"], "the base stays non-root"
+
+
+# ---- dashboards for kube-prometheus-stack's Grafana ----
+
+def dashboard_configmaps(kustomization: str = "base") -> list[dict[str, Any]]:
+    return [o for o in render(kustomization)
+            if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"]
+
+
+def test_dashboard_configmaps_are_generated_from_the_committed_dashboards() -> None:
+    """Drift: the ConfigMaps hold every grafana/dashboards/*.json byte for byte."""
+    result = subprocess.run([sys.executable, str(DASHBOARDS_GENERATOR), "--check"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    data = {key: value for cm in dashboard_configmaps() for key, value in cm["data"].items()}
+    assert data == {path.name: path.read_text() for path in DASHBOARD_FILES}
+    first_line = (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text().splitlines()[0]
+    assert "generate_dashboards.py" in first_line
+
+
+def test_stale_dashboard_configmaps_are_reported(tmp_path: Path) -> None:
+    """The check fails when a dashboard changes and the ConfigMaps were not regenerated."""
+    sys.path.insert(0, str(KUBERNETES))
+    try:
+        import generate_dashboards
+    finally:
+        sys.path.remove(str(KUBERNETES))
+    for path in DASHBOARD_FILES:
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / DASHBOARD_FILES[0].name).write_text(DASHBOARD_FILES[0].read_text().replace("Bottleneck", "Bottle"))
+    assert generate_dashboards.render(tmp_path) != (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text()
+    assert generate_dashboards.render() == (KUBERNETES / "base" / "grafana-dashboards.yaml").read_text()
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_dashboard_is_labelled_for_the_grafana_sidecar(kustomization: str) -> None:
+    configmaps = dashboard_configmaps(kustomization)
+    assert len(configmaps) == len(DASHBOARD_FILES)
+    for configmap in configmaps:
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"  # a string: labels are strings
+        (text,) = configmap["data"].values()
+        assert json.loads(text)["uid"], configmap["metadata"]["name"]
+
+
+def test_dashboard_configmaps_fit_kubernetes_size_limits() -> None:
+    """1 MiB per object (etcd), and client-side apply's last-applied-configuration annotation (the whole object
+    as JSON) under the 256 KiB limit on all annotations, so even `kubectl apply` without --server-side works."""
+    for configmap in dashboard_configmaps():
+        as_json = json.dumps(configmap, separators=(",", ":"))
+        assert len(as_json.encode()) < 1024 * 1024
+        assert len(as_json.encode()) + sum(map(len, configmap["metadata"]["annotations"].values())) < 256 * 1024, \
+            configmap["metadata"]["name"]
+
+
+def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() -> None:
+    """kube-prometheus-stack's Prometheus selects ServiceMonitors and PrometheusRules by `release: <release>`;
+    the overlay builds on gpu-nodes (the GPU Operator labels GPU nodes and creates the nvidia RuntimeClass)."""
+    objects = render("overlays/kube-prometheus-stack")
+    for kind in CRD_KINDS:
+        assert by_kind(objects, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+        assert crd_errors(by_kind(objects, kind)) == []
+    assert by_kind(objects, "DaemonSet")["spec"] == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
+    assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
+
+
+def test_servicemonitor_drops_the_exporter_pods_own_pod_and_container_target_labels() -> None:
+    """Otherwise every host series, and a trainer outside any pod, would say pod="bottleneck-exporter-xxxxx"."""
+    (endpoint,) = by_kind(render("base"), "ServiceMonitor")["spec"]["endpoints"]
+    drops = [r for r in endpoint["relabelings"] if r["action"] == "labeldrop"]
+    assert [r["regex"] for r in drops] == ["pod|container"]

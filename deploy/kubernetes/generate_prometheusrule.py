@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,23 +74,29 @@ def render(sources: tuple[Path, ...] = SOURCES) -> str:
     return header + yaml.dump(rule, Dumper=_BlockStyleDumper, sort_keys=False, width=110, allow_unicode=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def write_or_check(argv: list[str] | None, doc: str | None, target: Path, regenerate: str,
+                   render_text: Callable[[], str]) -> int:
+    """The command line of a generator of one committed file: write it, or with --check exit 1 if it is stale."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed file is stale")
     args = parser.parse_args(argv)
     try:
-        text = render()
+        text = render_text()
     except (OSError, ValueError, yaml.YAMLError) as err:
-        print(f"generate_prometheusrule: error: {err}", file=sys.stderr)
+        print(f"{Path(regenerate.split()[-1]).stem}: error: {err}", file=sys.stderr)
         return 2
     if args.check:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run {REGENERATE}", file=sys.stderr)
+        if not target.exists() or target.read_text() != text:
+            print(f"{target.relative_to(ROOT)} is stale: run {regenerate}", file=sys.stderr)
             return 1
         return 0
-    TARGET.write_text(text)
-    print(f"wrote {TARGET.relative_to(ROOT)}")
+    target.write_text(text)
+    print(f"wrote {target.relative_to(ROOT)}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(argv, __doc__, TARGET, REGENERATE, render)
 
 
 if __name__ == "__main__":

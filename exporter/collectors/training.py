@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
+from exporter.kube.processes import ProcessPods, label_pods
 from exporter.procfs import USER_HZ
 from exporter.threads import ROLES, TrainerLedger, read_uptime, sample_trainer
 from exporter.training_discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
@@ -75,6 +76,8 @@ class TrainingCollector:
         )
         self._ledgers: dict[tuple[int, int], TrainerLedger] = {}
         self._dropped_logged = 0
+        # namespace/pod/container of trainers that run in a pod (exporter.kube.processes).
+        self.pods = ProcessPods(ctx.procfs, ctx.rootfs)
         # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
         self._lock = threading.Lock()
 
@@ -102,6 +105,7 @@ class TrainingCollector:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             reported = self._sample()
+            pods = self.pods.identify((trainer.identity, trainer.pid) for trainer, _ in reported)
         labels = disambiguate([trainer for trainer, _ in reported])
 
         info = GaugeMetricFamily("bottleneck_training_process_info",
@@ -153,6 +157,8 @@ class TrainingCollector:
                 io_written.add_metric(base, ledger.io_written_bytes)
             workers.add_metric(base, ledger.workers_found)
 
-        for family in (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers):
+        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers)
+        label_pods(families, {labels[identity]: pod for identity, pod in pods.items()}, tuple(_LABELS), info)
+        for family in families:
             if family.samples:
                 yield family

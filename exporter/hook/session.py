@@ -284,6 +284,8 @@ class Session:
             "time": wall, "dropped": self.transport.dropped, "steps": clock.steps, "samples": clock.samples,
             "phase_seconds": phases, "step_buckets": list(clock.buckets),
         }
+        if ident.kubernetes:
+            body["kubernetes"] = ident.kubernetes
         if self.loader is not None:
             loader = dict(self.loader)
             pids = self.worker_pids

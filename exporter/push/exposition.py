@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from exporter.push.kubernetes import kubernetes_info
 from exporter.push.schema import GPU_MEMORY, GPU_PHASES, HOST_PHASES, REASONS, STEP_BUCKETS
 from exporter.push.store import RankState
 
@@ -108,6 +109,7 @@ def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, fl
 
     yield from (phase, steps, samples, duration, gpu_phase, gpu_busy, gpu_idle, *memory.values(),
                 *loader.values(), info, last_step, dropped)
+    yield kubernetes_info(ranks)
 
     yield CounterMetricFamily("bottleneck_push_datagrams", "Datagrams received by the push receiver.",
                               value=datagrams)

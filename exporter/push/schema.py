@@ -41,6 +41,12 @@ REASONS = (
 JOB_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,128}")
 DEVICE_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,32}")
 _JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=/-]")
+# Kubernetes names: a namespace and a container are DNS labels, a pod a DNS subdomain.
+KUBERNETES_PATTERNS = {
+    "namespace": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"),
+    "pod": re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"),
+    "container": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"),
+}
 
 
 class Rejected(ValueError):
@@ -70,6 +76,15 @@ class GpuTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class KubernetesIdentity:
+    """The pod the rank runs in, as the hook sees it from inside ("" for what it could not tell)."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Snapshot:
     job: str
     rank: int
@@ -86,6 +101,7 @@ class Snapshot:
     step_buckets: tuple[int, ...]
     loader: LoaderSettings | None
     gpu: GpuTotals | None
+    kubernetes: KubernetesIdentity | None = None
 
 
 def sanitize_job(name: str) -> str:
@@ -120,7 +136,7 @@ def validate(data: bytes) -> Snapshot:
         raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
     _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
                          "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
-          optional={"loader", "gpu"}, where="")
+          optional={"loader", "gpu", "kubernetes"}, where="")
     phases = _mapping(obj, "phase_seconds", HOST_PHASES)
     buckets = obj["step_buckets"]
     if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
@@ -141,6 +157,7 @@ def validate(data: bytes) -> Snapshot:
         step_buckets=tuple(_int({"b": b}, "b", 0, 1 << 62, "step_buckets[]") for b in buckets),
         loader=_loader(obj["loader"]) if obj.get("loader") is not None else None,
         gpu=_gpu(obj["gpu"]) if obj.get("gpu") is not None else None,
+        kubernetes=_kubernetes(obj["kubernetes"]) if obj.get("kubernetes") is not None else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
@@ -236,3 +253,18 @@ def _gpu(value: Any) -> GpuTotals:
         idle_seconds=_number(value, "idle_seconds", "gpu."),
         memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
     )
+
+
+def _kubernetes(value: Any) -> KubernetesIdentity:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "kubernetes: expected an object")
+    _keys(value, required=set(), optional=set(KUBERNETES_PATTERNS), where="kubernetes.")
+    names = {}
+    for key, pattern in KUBERNETES_PATTERNS.items():
+        name = value.get(key, "")
+        if not isinstance(name, str):
+            raise Rejected("bad_schema", f"kubernetes.{key}: expected a string")
+        if name and not pattern.fullmatch(name):
+            raise Rejected("bad_label", f"kubernetes.{key}: {name[:40]!r} is not a Kubernetes name")
+        names[key] = name
+    return KubernetesIdentity(**names)
