@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter.collectors import REGISTRY  # noqa: E402
-from exporter.training_discovery import Discovery  # noqa: E402
+from exporter.training.discovery import Discovery  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROCESS_EXPORTER = "/usr/bin/prometheus-process-exporter"

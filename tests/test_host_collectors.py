@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli import build_collectors, build_parser
-from exporter.orchestrator import Orchestrator
-from exporter.training_registry import TrainingRegistry
+from exporter.collectors.orchestrator import Orchestrator
+from exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, free_port, require_tool
 
 HOST = FIXTURES / "host"

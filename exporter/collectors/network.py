@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.collectors.base import Context, register
-from exporter.devicefilter import DeviceFilter, device_filter_options
+from exporter.collectors.devicefilter import DeviceFilter, device_filter_options
 from exporter.procfs import list_dir, read_int, read_text
 
 DEFAULT_EXCLUDE = r"^lo$"

@@ -1,8 +1,8 @@
 """Training processes on this node: CPU per thread role, busiest thread, memory, context switches, IO.
 
-Finds trainers without being told (``exporter.training_discovery``: DataLoader worker children, a CUDA
+Finds trainers without being told (``exporter.training.discovery``: DataLoader worker children, a CUDA
 device held open, a command line) or because the push receiver registered them, then reads every thread of
-the trainer and its DataLoader workers (``exporter.threads``). No PID or TID labels: a trainer is named by its
+the trainer and its DataLoader workers (``exporter.training.ledger``). No PID or TID labels: a trainer is named by its
 script and LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
 
     bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu"} 1.0
@@ -22,8 +22,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
 from exporter.procfs import USER_HZ
-from exporter.threads import ROLES, TrainerLedger, read_uptime, sample_trainer
-from exporter.training_discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+from exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+from exporter.training.ledger import ROLES, TrainerLedger, read_uptime, sample_trainer
 
 log = logging.getLogger(__name__)
 

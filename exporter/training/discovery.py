@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from exporter.training_registry import RegisteredProcess
+from exporter.training.registry import RegisteredProcess
 
 WORKER_COMM = "pt_data_worker"
 PIN_MEMORY_COMM = "pt_data_pin"

@@ -19,7 +19,7 @@ import dataclasses
 import os
 
 from exporter.procfs import USER_HZ, list_dir
-from exporter.training_discovery import PIN_MEMORY_COMM, WORKER_COMM, read_small, read_stat
+from exporter.training.discovery import PIN_MEMORY_COMM, WORKER_COMM, read_small, read_stat
 
 MAIN, DATA_WORKER, PIN_MEMORY, OTHER = "main", "data_worker", "pin_memory", "other"
 ROLES = (MAIN, DATA_WORKER, PIN_MEMORY, OTHER)
