@@ -25,12 +25,18 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
+from exporter.procfs import (
+    ELASTIC_AGENT_COMM,
+    PF_KTHREAD,
+    WORKER_COMM,
+    TaskStat,
+    holds_open,
+    pids,
+    read_argv,
+    read_environ_value,
+    read_stat,
+)
 from exporter.training.registry import RegisteredProcess
-
-WORKER_COMM = "pt_data_worker"
-PIN_MEMORY_COMM = "pt_data_pin"
-# torch.distributed.run names the main thread of torchrun's agent so; it launches trainers, it is not one.
-ELASTIC_AGENT_COMM = "pt_elastic"
 
 # Discovery reasons, strongest first: the order decides ``discovered_by`` and who is kept under max-processes.
 PUSH, WORKERS, GPU, CMDLINE = "push", "dataloader_workers", "gpu", "cmdline"
@@ -51,107 +57,13 @@ DEFAULT_CMDLINE_INCLUDE = (r"(^|[\s/])((pre)?train|finetune)[\w.-]*\.py(\s|$)"
 
 # Label values come from user command lines: keep them bounded.
 MAX_LABEL_LENGTH = 64
-_PF_KTHREAD = 0x00200000
 _PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
 _PYTHON_OPTIONS_WITH_ARGUMENT = ("-X", "-W", "--check-hash-based-pycs")
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskStat:
-    """The parts of ``/proc/PID/stat`` (or ``/proc/PID/task/TID/stat``) this exporter uses."""
-
-    comm: str
-    ppid: int
-    flags: int
-    utime: int  # clock ticks (USER_HZ)
-    stime: int
-    starttime: int  # clock ticks after boot
-
-
-def parse_stat(text: str | None) -> TaskStat | None:
-    """Parse a stat line; the name sits in parentheses and may itself contain spaces and parentheses."""
-    if not text:
-        return None
-    open_paren, close_paren = text.find("("), text.rfind(")")
-    if open_paren < 0 or close_paren < open_paren:
-        return None
-    fields = text[close_paren + 2:].split()
-    try:
-        return TaskStat(
-            comm=text[open_paren + 1:close_paren],
-            ppid=int(fields[1]),
-            flags=int(fields[6]),
-            utime=int(fields[11]),
-            stime=int(fields[12]),
-            starttime=int(fields[19]),
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def read_small(path: str) -> str | None:
-    """A /proc file, or None when it (or its process) is gone. Unbuffered os.read is about three times
-    faster than open().read() here, and the collector reads a few files per process and thread per scrape."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = [os.read(fd, 65536)]
-        # stat, status and io come whole in one read; only cmdline and environ can be longer than a page.
-        while len(chunks[-1]) >= 4096:
-            chunks.append(os.read(fd, 65536))
-    except OSError:  # ESRCH: the task exited between open and read
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
-def read_stat(path: str) -> TaskStat | None:
-    return parse_stat(read_small(path))
-
-
-def read_argv(procfs: str, pid: int) -> list[str]:
-    text = read_small(os.path.join(procfs, str(pid), "cmdline"))
-    if not text:
-        return []
-    argv = text.rstrip("\0").split("\0")
-    # setproctitle-style titles put everything in argv[0] with spaces.
-    if len(argv) == 1 and " " in argv[0]:
-        argv = argv[0].split()
-    return argv
-
-
-def read_environ_value(procfs: str, pid: int, key: str) -> str | None:
-    """One variable from ``/proc/PID/environ``; None when unreadable (another user's process) or unset."""
-    text = read_small(os.path.join(procfs, str(pid), "environ"))
-    if not text:
-        return None
-    prefix = key + "="
-    for entry in text.split("\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix):]
-    return None
-
-
 def holds_gpu(procfs: str, pid: int) -> bool:
     """True when one of the process's open files is a CUDA device (an fd link to /dev/nvidia-uvm)."""
-    fd_dir = os.path.join(procfs, str(pid), "fd")
-    try:
-        with os.scandir(fd_dir) as entries:
-            for checked, entry in enumerate(entries):
-                if checked >= GPU_MAX_FDS_CHECKED:
-                    return False
-                try:
-                    target = os.readlink(entry.path)
-                except OSError:
-                    continue
-                if target in GPU_DEVICE_PATHS:
-                    return True
-    except OSError:
-        pass
-    return False
+    return holds_open(procfs, pid, GPU_DEVICE_PATHS, GPU_MAX_FDS_CHECKED)
 
 
 def script_name(argv: list[str], comm: str) -> str:
@@ -286,17 +198,11 @@ class Discovery:
     def scan(self) -> dict[int, TaskStat]:
         """stat of every user-space process now; kernel threads and vanished processes are left out."""
         processes: dict[int, TaskStat] = {}
-        try:
-            names = os.listdir(self.procfs)
-        except OSError:
-            return processes
-        for name in names:
-            if not name.isdigit():
+        for pid in pids(self.procfs):
+            stat = read_stat(self.procfs, pid)
+            if stat is None or stat.flags & PF_KTHREAD:
                 continue
-            stat = read_stat(os.path.join(self.procfs, name, "stat"))
-            if stat is None or stat.flags & _PF_KTHREAD:
-                continue
-            processes[int(name)] = stat
+            processes[pid] = stat
         live = {(pid, stat.starttime) for pid, stat in processes.items()}
         for key in [k for k in self._facts if k not in live]:
             del self._facts[key]
