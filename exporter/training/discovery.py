@@ -246,21 +246,39 @@ def resolve_trainers(
     other, the ancestor wins (the descendant is a helper) unless the descendant has LOCAL_RANK or a GPU and
     the ancestor has not (then the ancestor is a launcher such as deepspeed or accelerate).
     """
+    trainers, workers = _strong_trainers(processes, registered, discovery)
+    strong = set(trainers)
+    weak = _weak_candidates(processes, strong, workers, discovery)
+    dropped = _launchers_and_helpers(weak, strong, processes, discovery)
+    for pid, reasons in weak.items():
+        if pid not in dropped:
+            for reason in reasons:
+                _add_reason(trainers, processes, pid, reason)
+    for trainer in trainers.values():
+        _name(trainer, processes[trainer.pid], discovery)
+    return sorted(trainers.values(), key=lambda t: (STRENGTH[t.discovered_by], t.starttime, t.pid))
+
+
+def _add_reason(trainers: dict[int, Trainer], processes: dict[int, TaskStat], pid: int, reason: str) -> Trainer:
+    trainer = trainers.get(pid)
+    if trainer is None:
+        stat = processes[pid]
+        trainer = trainers[pid] = Trainer(pid, stat.starttime, stat.comm, set())
+    trainer.reasons.add(reason)
+    return trainer
+
+
+def _strong_trainers(
+    processes: dict[int, TaskStat], registered: list[RegisteredProcess], discovery: Discovery
+) -> tuple[dict[int, Trainer], set[int]]:
+    """Trainers on strong evidence, and every DataLoader worker: the processes the push receiver registered
+    (with the workers they named), then the trainers that pt_data_worker processes load data for."""
     trainers: dict[int, Trainer] = {}
-
-    def add(pid: int, reason: str) -> Trainer:
-        trainer = trainers.get(pid)
-        if trainer is None:
-            stat = processes[pid]
-            trainer = trainers[pid] = Trainer(pid, stat.starttime, stat.comm, set())
-        trainer.reasons.add(reason)
-        return trainer
-
     workers: set[int] = set()
     for reg in registered:
         if reg.pid not in processes:
             continue
-        trainer = add(reg.pid, PUSH)
+        trainer = _add_reason(trainers, processes, reg.pid, PUSH)
         trainer.job, trainer.local_rank = reg.job, reg.local_rank
         for worker in reg.worker_pids:
             if worker in processes and worker != reg.pid and worker not in workers:
@@ -272,15 +290,21 @@ def resolve_trainers(
         parent = _trainer_of_worker(pid, processes, discovery)
         if parent is not None:
             workers.add(pid)
-            add(parent, WORKERS).worker_pids.append(pid)
+            _add_reason(trainers, processes, parent, WORKERS).worker_pids.append(pid)
     for pid in workers:
         trainers.pop(pid, None)  # a worker that loads data for a nested loader is still a worker
-    strong = set(trainers)
+    return trainers, workers
 
+
+def _weak_candidates(
+    processes: dict[int, TaskStat], strong: set[int], workers: set[int], discovery: Discovery
+) -> dict[int, set[str]]:
+    """{pid: weak reasons} of the processes whose command line matches or that hold a GPU, other than the
+    strong trainers, the workers, this exporter, and torchrun's agent."""
     weak: dict[int, set[str]] = {}
-    own = discovery.own_pid
     for pid, stat in processes.items():
-        if pid in strong or pid in workers or pid == own or stat.comm in (ELASTIC_AGENT_COMM, WORKER_COMM):
+        if (pid in strong or pid in workers or pid == discovery.own_pid
+                or stat.comm in (ELASTIC_AGENT_COMM, WORKER_COMM)):
             continue
         reasons = set()
         if discovery.cmdline_matches(pid, stat):
@@ -289,7 +313,14 @@ def resolve_trainers(
             reasons.add(GPU)
         if reasons:
             weak[pid] = reasons
+    return weak
 
+
+def _launchers_and_helpers(
+    weak: dict[int, set[str]], strong: set[int], processes: dict[int, TaskStat], discovery: Discovery
+) -> set[int]:
+    """The weak candidates that are not trainers: ancestors of a strong trainer (launchers), its descendants
+    (helpers), and of two weak candidates in one line of descent the one that looks less like a rank."""
     launchers = {a for pid in strong for a in _ancestors(pid, processes)}
 
     def looks_like_rank(pid: int) -> tuple[bool, bool]:
@@ -311,15 +342,12 @@ def resolve_trainers(
                 else:
                     dropped.add(pid)
                     break
-    for pid, reasons in weak.items():
-        if pid not in dropped:
-            for reason in reasons:
-                add(pid, reason)
+    return dropped
 
-    for trainer in trainers.values():
-        stat = processes[trainer.pid]
-        trainer.process = script_name(discovery.argv(trainer.pid, stat), stat.comm)
-        if not trainer.local_rank:
-            trainer.local_rank = (discovery.local_rank(trainer.pid, stat) or "")[:MAX_LABEL_LENGTH]
-        trainer.worker_pids.sort()
-    return sorted(trainers.values(), key=lambda t: (STRENGTH[t.discovered_by], t.starttime, t.pid))
+
+def _name(trainer: Trainer, stat: TaskStat, discovery: Discovery) -> None:
+    """The trainer's labels: its script name, and its LOCAL_RANK unless the push receiver gave one."""
+    trainer.process = script_name(discovery.argv(trainer.pid, stat), stat.comm)
+    if not trainer.local_rank:
+        trainer.local_rank = (discovery.local_rank(trainer.pid, stat) or "")[:MAX_LABEL_LENGTH]
+    trainer.worker_pids.sort()
