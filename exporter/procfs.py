@@ -117,6 +117,20 @@ def _count(word: str, path: str, what: str) -> int:
     return int(word)
 
 
+def _counts(words: list[str], path: str, what: str) -> list[int]:
+    """A row of counts. int() and one sign check first (the per-word check costs a third of a host scrape);
+    only a row that fails them is walked again to name the column."""
+    try:
+        numbers = [int(word) for word in words]
+        if not numbers or min(numbers) >= 0:
+            return numbers
+    except ValueError:
+        pass
+    for column, word in enumerate(words, start=1):
+        _count(word, path, f"{what} column {column}")
+    raise AssertionError("unreachable: a column above failed")
+
+
 def _amount(word: str, path: str, what: str) -> float:
     """A non-negative finite decimal (load averages, uptime, link rates)."""
     try:
@@ -195,6 +209,9 @@ class TaskStat:
 
 
 PF_KTHREAD = 0x00200000
+# (index after the "(comm)" field, name and field number in proc(5)) of the numbers TaskStat keeps.
+_STAT_NUMBERS = ((1, "ppid (field 4)"), (6, "flags (field 9)"), (11, "utime (field 14)"),
+                 (12, "stime (field 15)"), (19, "starttime (field 22)"))
 
 
 def parse_stat(text: str, path: str) -> TaskStat:
@@ -206,15 +223,17 @@ def parse_stat(text: str, path: str) -> TaskStat:
     fields = text[close_paren + 2:].split()
     if len(fields) < 20:
         raise ProcParseError(path, f"{len(fields) + 2} fields, expected at least 22")
-    return TaskStat(
-        comm=text[open_paren + 1:close_paren],
-        state=fields[0],
-        ppid=_count(fields[1], path, "ppid (field 4)"),
-        flags=_count(fields[6], path, "flags (field 9)"),
-        utime=_count(fields[11], path, "utime (field 14)"),
-        stime=_count(fields[12], path, "stime (field 15)"),
-        starttime=_count(fields[19], path, "starttime (field 22)"),
-    )
+    try:
+        # int() and a sign check rather than _count per field: discovery parses every process's stat on
+        # every scrape, and this is its hot loop.
+        ppid, flags, utime = int(fields[1]), int(fields[6]), int(fields[11])
+        stime, starttime = int(fields[12]), int(fields[19])
+    except ValueError:
+        ppid = -1
+    if ppid < 0 or flags < 0 or utime < 0 or stime < 0 or starttime < 0:
+        for index, name in _STAT_NUMBERS:
+            _count(fields[index], path, name)  # raises, naming the field
+    return TaskStat(text[open_paren + 1:close_paren], fields[0], ppid, flags, utime, stime, starttime)
 
 
 def _task_dir(procfs: str, pid: int, tid: int | None) -> str:
@@ -224,12 +243,17 @@ def _task_dir(procfs: str, pid: int, tid: int | None) -> str:
 def _task_text(path: str) -> str | None:
     """A file of one process or thread. Empty reads as gone, like missing: processes exit between listing
     and reading, and a file with nothing in it vouches for nothing either way."""
-    return _kernel_text(path, may_be_empty=True) or None
+    text = read_text(path)
+    if not text:
+        return None
+    if text[-1] != "\n":
+        raise ProcParseError(path, "cut short (the last line has no newline)")
+    return text
 
 
 def read_stat(procfs: str, pid: int, tid: int | None = None) -> TaskStat | None:
     """``PID/stat``, or ``PID/task/TID/stat`` for one thread; None when the process or thread is gone."""
-    path = f"{_task_dir(procfs, pid, tid)}/stat"
+    path = f"{procfs}/{pid}/stat" if tid is None else f"{procfs}/{pid}/task/{tid}/stat"
     text = _task_text(path)
     return None if text is None else parse_stat(text, path)
 
@@ -243,19 +267,24 @@ class TaskStatus:
     involuntary_switches: int
 
 
-def _fields(text: str, path: str, keys: tuple[str, ...]) -> dict[str, int]:
-    """``Key: value`` fields, looked up directly (status has ~60 lines and we want 3); values stay in the
-    file's unit. A key that is absent is left out; a key whose value is not a count raises."""
+def _lines_of(text: str, keys: Iterable[str], separator: str) -> dict[str, list[str]]:
+    """The words after ``key<separator>`` on each key's line, for the keys that are present. Looked up
+    directly: status has ~60 lines, vmstat ~200, and we want a handful (parsing every line costs more than
+    reading the file)."""
     text = "\n" + text
-    values: dict[str, int] = {}
+    words: dict[str, list[str]] = {}
     for key in keys:
-        at = text.find(f"\n{key}:")
-        if at < 0:
-            continue
-        start = at + len(key) + 2
-        words = text[start:text.find("\n", start)].split()
-        values[key] = _count(words[0] if words else "", path, key)
-    return values
+        at = text.find(f"\n{key}{separator}")
+        if at >= 0:
+            start = at + len(key) + 2
+            words[key] = text[start:text.find("\n", start)].split()
+    return words
+
+
+def _fields(text: str, path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """``Key: value`` counts, in the file's unit; a key that is absent is left out."""
+    return {key: _count(words[0] if words else "", path, key)
+            for key, words in _lines_of(text, keys, ":").items()}
 
 
 def read_status(procfs: str, pid: int, tid: int | None = None) -> TaskStatus | None:
@@ -383,8 +412,7 @@ def read_cpu_stat(procfs: str) -> CpuStat | None:
             if len(columns) < _CPU_MIN_COLUMNS:
                 raise ProcParseError(path, f"{key} has {len(columns)} columns, expected at least "
                                            f"{_CPU_MIN_COLUMNS}")
-            ticks[key[3:]] = [_count(value, path, f"{key} {mode}")
-                              for mode, value in zip(CPU_MODES, columns, strict=False)]
+            ticks[key[3:]] = _counts(columns, path, key)
         elif key in ("ctxt", "procs_running", "procs_blocked"):
             counters[key] = _count(fields[1] if len(fields) > 1 else "", path, key)
     if not ticks:
@@ -446,19 +474,18 @@ def read_uptime(procfs: str) -> float | None:
     return _amount(fields[0] if fields else "", path, "uptime")
 
 
-def read_meminfo(procfs: str) -> dict[str, int] | None:
-    """{key: value} of /proc/meminfo, values in bytes ("kB" lines) or counts (HugePages_*)."""
+def read_meminfo(procfs: str, keys: Iterable[str]) -> dict[str, int] | None:
+    """{key: bytes} of /proc/meminfo for those of ``keys`` it has (all of them "kB" lines). Raises when one
+    of the lines every kernel prints is missing or MemTotal is 0."""
     path = f"{procfs}/meminfo"
     text = _kernel_text(path)
     if text is None:
         return None
     values: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        key, colon, rest = line.partition(":")
-        words = rest.split()
-        if not colon or not words or len(words) > 2 or (len(words) == 2 and words[1] != "kB"):
-            raise ProcParseError(path, f'line {number} is not "Key: number [kB]"')
-        values[key] = _count(words[0], path, key) * (1024 if len(words) == 2 else 1)
+    for key, words in _lines_of(text, {*keys, *_MEMINFO_ALWAYS}, ":").items():
+        if words[1:] != ["kB"]:
+            raise ProcParseError(path, f'{key} is not "<number> kB"')
+        values[key] = _count(words[0], path, key) * 1024
     missing = [key for key in _MEMINFO_ALWAYS if key not in values]
     if missing:
         raise ProcParseError(path, f"{', '.join(missing)} missing")
@@ -467,19 +494,14 @@ def read_meminfo(procfs: str) -> dict[str, int] | None:
     return values
 
 
-def read_vmstat(procfs: str) -> dict[str, int] | None:
-    """{key: count} of /proc/vmstat."""
+def read_vmstat(procfs: str, keys: Iterable[str]) -> dict[str, int] | None:
+    """{key: count} of /proc/vmstat for those of ``keys`` it has."""
     path = f"{procfs}/vmstat"
     text = _kernel_text(path)
     if text is None:
         return None
-    values: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        words = line.split()
-        if len(words) != 2:
-            raise ProcParseError(path, f'line {number} is not "key number"')
-        values[words[0]] = _count(words[1], path, words[0])
-    return values
+    return {key: _count(words[0] if len(words) == 1 else "", path, key)
+            for key, words in _lines_of(text, keys, " ").items()}
 
 
 def read_pressure(procfs: str, resource: str) -> dict[str, int] | None:
@@ -515,8 +537,7 @@ def read_diskstats(procfs: str) -> dict[str, list[int]] | None:
         if len(fields) < 3 + DISKSTATS_MIN_COLUMNS:
             raise ProcParseError(path, f"line {number} has {len(fields)} fields, expected at least "
                                        f"{3 + DISKSTATS_MIN_COLUMNS}")
-        devices[fields[2]] = [_count(value, path, f"line {number} column {column}")
-                              for column, value in enumerate(fields[3:], start=4)]
+        devices[fields[2]] = _counts(fields[3:], path, f"line {number} after the name,")
     return devices
 
 
@@ -536,6 +557,5 @@ def read_net_dev(procfs: str) -> dict[str, list[int]] | None:
         fields = rest.split()
         if not colon or len(fields) < NET_DEV_COLUMNS:
             raise ProcParseError(path, f'line {number} is not "name: {NET_DEV_COLUMNS} numbers"')
-        interfaces[name.strip()] = [_count(value, path, f"line {number} column {column}")
-                                    for column, value in enumerate(fields[:NET_DEV_COLUMNS], start=1)]
+        interfaces[name.strip()] = _counts(fields[:NET_DEV_COLUMNS], path, f"line {number} after the name,")
     return interfaces

@@ -246,13 +246,13 @@ def test_a_process_gone_before_its_files_are_read_is_no_data_not_an_error(tmp_pa
 
 def test_a_file_that_refuses_reads_is_no_data(tmp_path: Path) -> None:
     (tmp_path / "meminfo").mkdir()  # EISDIR on read, as EACCES or EOPNOTSUPP would be (root reads anything)
-    assert procfs.read_meminfo(str(tmp_path)) is None
+    assert procfs.read_meminfo(str(tmp_path), ["MemTotal"]) is None
 
 
 def test_a_parse_error_names_the_file_and_the_field_never_the_contents(tmp_path: Path) -> None:
     (tmp_path / "vmstat").write_text("pgmajfault hunter2\n")
     with pytest.raises(procfs.ProcParseError) as raised:
-        procfs.read_vmstat(str(tmp_path))
+        procfs.read_vmstat(str(tmp_path), ["pgmajfault"])
     assert str(raised.value) == f"{tmp_path}/vmstat: pgmajfault is not a non-negative whole number"
 
 

@@ -44,11 +44,11 @@ class MemoryCollector:
         self.procfs = ctx.procfs
 
     def collect(self) -> Iterable[Metric]:
-        meminfo = read_meminfo(self.procfs) or {}
+        meminfo = read_meminfo(self.procfs, [key for key, _, _ in _MEMINFO]) or {}
         for key, name, help_text in _MEMINFO:
             if key in meminfo:
                 yield GaugeMetricFamily(name, help_text, value=meminfo[key])
-        vmstat = read_vmstat(self.procfs) or {}
+        vmstat = read_vmstat(self.procfs, [key for key, _, _ in _VMSTAT]) or {}
         for key, name, help_text in _VMSTAT:
             if key in vmstat:
                 yield CounterMetricFamily(name, help_text, value=vmstat[key])
