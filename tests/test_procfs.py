@@ -12,6 +12,8 @@ import logging
 import math
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from exporter.cli import build_collectors, build_parser
 from exporter.collectors.orchestrator import Orchestrator
 from exporter.hook.session import data_worker_children
 from exporter.training.registry import TrainingRegistry
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 HOST = FIXTURES / "host"
 TRAINING = FIXTURES / "training"
@@ -266,3 +268,15 @@ def test_the_hook_finds_its_workers_by_the_name_torch_gives_them(tmp_path: Path)
     assert data_worker_children(str(tmp_path)) == [101, 103]
     (tmp_path / str(pid) / "task" / str(pid) / "children").write_text("101 garbage ")
     assert data_worker_children(str(tmp_path)) == []  # the hook never raises into training
+
+
+def test_the_hook_and_the_proc_reader_import_nothing_outside_the_standard_library() -> None:
+    """The hook loads inside the trainer and reads /proc through exporter.procfs: importing either must not
+    pull a daemon dependency (prometheus_client, yaml, psutil, bcrypt, nvml) or torch."""
+    probe = ("import sys; before = set(sys.modules); import exporter.procfs, exporter.hook; "
+             "loaded = {m.split('.')[0] for m in set(sys.modules) - before}; "
+             "print(' '.join(sorted(loaded - set(sys.stdlib_module_names))))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["exporter"]
