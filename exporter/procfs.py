@@ -117,9 +117,9 @@ def _count(word: str, path: str, what: str) -> int:
     return int(word)
 
 
-def _counts(words: list[str], path: str, what: str) -> list[int]:
+def _counts(words: list[str], path: str, what: str, names: tuple[str, ...] = ()) -> list[int]:
     """A row of counts. int() and one sign check first (the per-word check costs a third of a host scrape);
-    only a row that fails them is walked again to name the column."""
+    only a row that fails them is walked again to name the column: by ``names``, else "<what> column N"."""
     try:
         numbers = [int(word) for word in words]
         if not numbers or min(numbers) >= 0:
@@ -127,7 +127,7 @@ def _counts(words: list[str], path: str, what: str) -> list[int]:
     except ValueError:
         pass
     for column, word in enumerate(words, start=1):
-        _count(word, path, f"{what} column {column}")
+        _count(word, path, names[column - 1] if names else f"{what} column {column}")
     raise AssertionError("unreachable: a column above failed")
 
 
@@ -209,9 +209,9 @@ class TaskStat:
 
 
 PF_KTHREAD = 0x00200000
-# (index after the "(comm)" field, name and field number in proc(5)) of the numbers TaskStat keeps.
-_STAT_NUMBERS = ((1, "ppid (field 4)"), (6, "flags (field 9)"), (11, "utime (field 14)"),
-                 (12, "stime (field 15)"), (19, "starttime (field 22)"))
+# Where ppid, flags, utime, stime and starttime sit among the fields after "(comm)", and their names.
+_STAT_NUMBERS = (1, 6, 11, 12, 19)
+_STAT_NAMES = ("ppid (field 4)", "flags (field 9)", "utime (field 14)", "stime (field 15)", "starttime (field 22)")
 
 
 def parse_stat(text: str, path: str) -> TaskStat:
@@ -223,16 +223,8 @@ def parse_stat(text: str, path: str) -> TaskStat:
     fields = text[close_paren + 2:].split()
     if len(fields) < 20:
         raise ProcParseError(path, f"{len(fields) + 2} fields, expected at least 22")
-    try:
-        # int() and a sign check rather than _count per field: discovery parses every process's stat on
-        # every scrape, and this is its hot loop.
-        ppid, flags, utime = int(fields[1]), int(fields[6]), int(fields[11])
-        stime, starttime = int(fields[12]), int(fields[19])
-    except ValueError:
-        ppid = -1
-    if ppid < 0 or flags < 0 or utime < 0 or stime < 0 or starttime < 0:
-        for index, name in _STAT_NUMBERS:
-            _count(fields[index], path, name)  # raises, naming the field
+    ppid, flags, utime, stime, starttime = _counts([fields[index] for index in _STAT_NUMBERS], path, "stat",
+                                                   _STAT_NAMES)
     return TaskStat(text[open_paren + 1:close_paren], fields[0], ppid, flags, utime, stime, starttime)
 
 
