@@ -280,3 +280,17 @@ def test_the_hook_and_the_proc_reader_import_nothing_outside_the_standard_librar
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["exporter"]
+
+
+def test_a_collector_bug_logs_its_traceback_once_not_per_scrape(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def collect(self) -> list[object]:
+            raise KeyError("no such field")
+
+    orchestrator = Orchestrator({"broken": Broken()})  # type: ignore[dict-item]
+    caplog.set_level(logging.INFO, logger="exporter")
+    for _ in range(3):
+        assert success(scrape(orchestrator), "broken") == 0
+    assert len(caplog.records) == 1
+    assert "broken" in caplog.records[0].getMessage() and "KeyError" in caplog.records[0].getMessage()
+    assert caplog.records[0].exc_info is not None

@@ -9,7 +9,8 @@ Exposes, besides what the collectors yield::
 A collector that raises loses only its own series for that scrape: the rest of the scrape is served
 and its success gauge reads 0 (node_exporter's model). The log says so once when a collector starts failing
 and once when it recovers, not on every scrape: a broken file read every 15 s would otherwise fill the
-journal with the same traceback (at ``--log.level=debug`` the first failure's traceback follows its line).
+journal with the same traceback. A file that does not parse gets one line naming the file and the field;
+anything else (a bug) gets its traceback, once.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ class Orchestrator:
             if was_failing:
                 return
             self._failing.add(name)
-        log.error("collector %s failed: %s (logged again only after it recovers)", name, _describe(error))
-        log.debug("collector %s failure", name, exc_info=error)
+        expected = isinstance(error, ProcParseError)
+        log.error("collector %s failed: %s (logged again only after it recovers)", name,
+                  error if expected else f"{type(error).__name__}: {error}", exc_info=None if expected else error)
 
     def collect(self) -> Iterable[Metric]:
         success = GaugeMetricFamily(
@@ -86,9 +88,3 @@ class Orchestrator:
         build.add_metric([__version__, platform.python_version()], 1.0)
         yield build
 
-
-def _describe(error: Exception) -> str:
-    """One line: a parse error already names the file and field; anything else gets its type."""
-    if isinstance(error, ProcParseError):
-        return str(error)
-    return f"{type(error).__name__}: {error}".replace("\n", " ")
