@@ -42,6 +42,7 @@ golden: venv
 # Side-by-side measurements (scrape cost vs node_exporter/process-exporter, hook overhead per step).
 bench: venv tools
 	$(PY) benchmarks/scrape_vs_node_exporter.py
+	$(PY) benchmarks/procfs_vs_psutil.py
 	$(PY) benchmarks/hook_overhead.py
 
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,

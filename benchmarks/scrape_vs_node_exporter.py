@@ -41,8 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from exporter import procfs  # noqa: E402
 from exporter.collectors import REGISTRY  # noqa: E402
-from exporter.training_discovery import Discovery  # noqa: E402
+from exporter.training.discovery import Discovery  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROCESS_EXPORTER = "/usr/bin/prometheus-process-exporter"
@@ -54,7 +55,6 @@ NODE_EQUIVALENTS = {
     "disk": ("diskstats",),
     "network": ("netdev", "netclass", "infiniband"),
 }
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -64,17 +64,13 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    stat = procfs.read_stat("/proc", pid)
+    return (stat.utime + stat.stime) / procfs.USER_HZ if stat is not None else 0.0
 
 
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    status = procfs.read_status("/proc", pid)
+    return (status.rss_bytes or 0) if status is not None else 0
 
 
 @dataclass

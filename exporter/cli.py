@@ -25,9 +25,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
 from exporter.collectors import REGISTRY, Collector, Context
+from exporter.collectors.orchestrator import Orchestrator
 from exporter.config import ConfigError, collector_settings, load_yaml
-from exporter.orchestrator import Orchestrator
-from exporter.training_registry import TrainingRegistry
+from exporter.training.registry import TrainingRegistry
 from exporter.web import parse_listen_address, serve, start_in_thread
 from exporter.webconfig import load_web_config
 

@@ -219,10 +219,10 @@ class InProcessSource:
         from prometheus_client import CollectorRegistry
 
         from exporter.cli import build_collectors, build_parser
+        from exporter.collectors.orchestrator import Orchestrator
         from exporter.config import load_yaml
-        from exporter.orchestrator import Orchestrator
         from exporter.push import build_receiver
-        from exporter.training_registry import TrainingRegistry
+        from exporter.training.registry import TrainingRegistry
 
         args = build_parser().parse_args(list(exporter_args))
         file_config = load_yaml(args.config_file) if args.config_file else {}

@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collectors import REGISTRY, Context
+from exporter.collectors.orchestrator import Orchestrator
 from exporter.gpu.backend import VIOLATION_POLICIES
 from exporter.gpu.fake import FakeBackend
 from exporter.gpu.profile import FIELDS, ProfileError, load_profile
-from exporter.orchestrator import Orchestrator
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 PROFILES = FIXTURES / "gpu-profiles"

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli import build_collectors, build_parser
-from exporter.orchestrator import Orchestrator
-from exporter.training_registry import TrainingRegistry
+from exporter.collectors.orchestrator import Orchestrator
+from exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, free_port, require_tool
 
 HOST = FIXTURES / "host"
@@ -458,3 +458,20 @@ def test_live_pressure_and_runqueue_wait_agree_with_the_kernel_where_it_has_them
     else:
         sched_after = schedstat_run_delays(schedstat)[1]
         assert sched_before["0"] / 1e9 <= wait <= sched_after["0"] / 1e9  # type: ignore[operator]
+
+
+# ---- names written whole ----
+
+@pytest.mark.parametrize("golden", ["host.prom", "training.prom"])
+def test_every_series_name_is_written_whole_in_its_collector_and_in_metrics_md(golden: str) -> None:
+    """Searching docs/metrics.md's name of a series finds the code that makes it: no name assembled from
+    parts or with its _total added by the client library."""
+    code = "\n".join(path.read_text() for path in (ROOT / "exporter" / "collectors").glob("*.py"))
+    contract = (ROOT / "docs" / "metrics.md").read_text()
+    text = (ROOT / "tests" / "golden" / golden).read_text()
+    # The text format names a counter family with its _total, as the code should.
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert names
+    for name in sorted(names):
+        assert f'"{name}"' in code, f"{name} is not written whole in exporter/collectors"
+        assert re.search(rf"\b{name}\b", contract), f"{name} is not in docs/metrics.md"

@@ -15,7 +15,7 @@ from exporter.cli import build_collectors, build_parser
 from exporter.kube.cgroup import PodCgroup, parse_cgroup, read_pod_cgroup
 from exporter.kube.podlogs import PodIdentity, parse_listing, read_pod_logs
 from exporter.kube.processes import ProcessPods
-from exporter.training_registry import TrainingRegistry
+from exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES
 
 CGROUPS = FIXTURES / "kube" / "cgroup"

@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_collectors, build_parser
 from exporter.collectors.kubernetes import KubernetesCollector
+from exporter.collectors.orchestrator import Orchestrator
 from exporter.kube.podresources import PodResourcesError
-from exporter.orchestrator import Orchestrator
-from exporter.training_registry import TrainingRegistry
+from exporter.training.registry import TrainingRegistry
 from tests.conftest import ROOT, require_tool
 
 GPU0 = "GPU-5e0c1d2a-3b4c-5d6e-7f80-91a2b3c4d5e6"
@@ -276,8 +276,8 @@ NON_ROOT_SCRAPE = """
 import logging, sys
 from prometheus_client import CollectorRegistry, generate_latest
 from exporter.cli import build_collectors, build_parser
-from exporter.orchestrator import Orchestrator
-from exporter.training_registry import TrainingRegistry
+from exporter.collectors.orchestrator import Orchestrator
+from exporter.training.registry import TrainingRegistry
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 args = build_parser().parse_args(["--collector.disable-defaults", "--collector.kubernetes",
                                   "--collector.kubernetes.pod-resources-socket=" + sys.argv[1]])

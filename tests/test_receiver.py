@@ -35,7 +35,7 @@ from exporter.push.liveness import ProcessTable
 from exporter.push.receiver import PushReceiver
 from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from exporter.push.store import JobStore
-from exporter.training_registry import TrainingRegistry
+from exporter.training.registry import TrainingRegistry
 from tests.conftest import require_tool
 
 

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.cli import build_collectors, build_parser
 from exporter.collectors.base import Collector
 from exporter.config import ConfigError
-from exporter.training_discovery import Discovery, read_argv, script_name
-from exporter.training_registry import RegisteredProcess, TrainingRegistry
+from exporter.training.discovery import Discovery, read_argv, script_name
+from exporter.training.registry import RegisteredProcess, TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 TRAINING = FIXTURES / "training"

@@ -1,6 +1,8 @@
 """The collectors. Importing this package imports every module in it, which registers each collector.
 
-Adding a collector = one module here (decorated with ``@register``), a fixture, a test.
+Adding a collector = one module here (decorated with ``@register``), a fixture, a test. Besides the
+collectors it holds what they share: ``base`` (the registration), ``devicefilter`` (device options) and
+``orchestrator`` (runs them on each scrape).
 """
 
 import importlib
@@ -8,8 +10,10 @@ import pkgutil
 
 from exporter.collectors.base import REGISTRY, Collector, Context, Option, Registration, register
 
+_NOT_COLLECTORS = ("base", "devicefilter", "orchestrator")
+
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name not in _NOT_COLLECTORS:
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["REGISTRY", "Collector", "Context", "Option", "Registration", "register"]

@@ -15,7 +15,7 @@ from prometheus_client.metrics_core import Metric
 
 if TYPE_CHECKING:
     from exporter.gpu.backend import GpuBackend
-    from exporter.training_registry import TrainingRegistry
+    from exporter.training.registry import TrainingRegistry
 
 
 class Collector(Protocol):

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.collectors.base import Context, register
-from exporter.devicefilter import DeviceFilter, device_filter_options
-from exporter.procfs import list_dir, read_text
+from exporter.collectors.devicefilter import DeviceFilter, device_filter_options
+from exporter.procfs import list_dir, read_diskstats
 
 DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|sr)\d+$"
 
@@ -43,20 +43,8 @@ _COUNTERS = (
      "I/O time weighted by the number of I/Os in flight; its rate is the average queue size", 1, 1000),
 )
 _IO_NOW = 8
-# Kernels before 4.18 print 11 numbers; newer ones add discard and flush columns that we do not use.
-_MIN_COLUMNS = 11
 
 _PARTITION_NUMBER = re.compile(r"\d+")
-
-
-def parse_diskstats(text: str) -> dict[str, list[int]]:
-    """{device name: its numeric columns} from /proc/diskstats."""
-    devices: dict[str, list[int]] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 3 + _MIN_COLUMNS:
-            devices[fields[2]] = [int(v) for v in fields[3:]]
-    return devices
 
 
 def whole_disks(sysfs: str, names: Iterable[str]) -> set[str]:
@@ -89,7 +77,7 @@ class DiskCollector:
         self.filter = DeviceFilter.from_options(ctx.options, DEFAULT_EXCLUDE)
 
     def collect(self) -> Iterable[Metric]:
-        devices = parse_diskstats(read_text(os.path.join(self.procfs, "diskstats")) or "")
+        devices = read_diskstats(self.procfs) or {}
         disks = whole_disks(self.sysfs, devices)
         wanted = {name: columns for name, columns in devices.items()
                   if self.filter.wanted(name, kept_by_default=name in disks)}

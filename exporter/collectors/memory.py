@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.collectors.base import Context, register
-from exporter.procfs import read_key_values
+from exporter.procfs import read_meminfo, read_vmstat
 
 # (meminfo key, metric name, help)
 _MEMINFO = (
@@ -45,11 +44,11 @@ class MemoryCollector:
         self.procfs = ctx.procfs
 
     def collect(self) -> Iterable[Metric]:
-        meminfo = read_key_values(os.path.join(self.procfs, "meminfo"))
+        meminfo = read_meminfo(self.procfs, [key for key, _, _ in _MEMINFO]) or {}
         for key, name, help_text in _MEMINFO:
             if key in meminfo:
                 yield GaugeMetricFamily(name, help_text, value=meminfo[key])
-        vmstat = read_key_values(os.path.join(self.procfs, "vmstat"))
+        vmstat = read_vmstat(self.procfs, [key for key, _, _ in _VMSTAT]) or {}
         for key, name, help_text in _VMSTAT:
             if key in vmstat:
-                yield CounterMetricFamily(name.removesuffix("_total"), help_text, value=vmstat[key])
+                yield CounterMetricFamily(name, help_text, value=vmstat[key])

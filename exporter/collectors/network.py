@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.collectors.base import Context, register
-from exporter.devicefilter import DeviceFilter, device_filter_options
-from exporter.procfs import list_dir, read_int, read_text
+from exporter.collectors.devicefilter import DeviceFilter, device_filter_options
+from exporter.procfs import list_dir, read_count, read_int, read_net_dev, read_rate, read_text
 
 DEFAULT_EXCLUDE = r"^lo$"
 
@@ -34,7 +34,6 @@ _COUNTERS = (
     (10, "bottleneck_network_transmit_errors_total", "Transmit errors reported by the driver"),
     (11, "bottleneck_network_transmit_drop_total", "Packets dropped on transmit"),
 )
-_COLUMNS = 16
 
 # /sys/class/net/<dev>/speed is in Mb/s (10^6 bit/s). Drivers that do not know print -1 (older kernels
 # printed it unsigned) or the read fails with EINVAL (virtual devices, links that are down).
@@ -71,18 +70,6 @@ _INFINIBAND_COUNTERS = (
 _INFINIBAND_ACTIVE = "ACTIVE"
 
 
-def parse_net_dev(text: str) -> dict[str, list[int]]:
-    """{interface: its 16 counters} from /proc/net/dev (the first two lines are headers)."""
-    interfaces: dict[str, list[int]] = {}
-    for line in text.splitlines()[2:]:
-        # No space follows the colon once the byte count is wide: "eth0:123456789012 ...".
-        name, sep, rest = line.partition(":")
-        fields = rest.split()
-        if sep and len(fields) >= _COLUMNS:
-            interfaces[name.strip()] = [int(v) for v in fields[:_COLUMNS]]
-    return interfaces
-
-
 @register(
     "network",
     help="Network traffic, errors and drops per interface, link speed and state, InfiniBand port traffic "
@@ -96,7 +83,7 @@ class NetworkCollector:
         self.filter = DeviceFilter.from_options(ctx.options, DEFAULT_EXCLUDE)
 
     def collect(self) -> Iterable[Metric]:
-        interfaces = parse_net_dev(read_text(os.path.join(self.procfs, "net", "dev")) or "")
+        interfaces = read_net_dev(self.procfs) or {}
         wanted = {name: columns for name, columns in interfaces.items() if self.filter.wanted(name)}
         if wanted:
             yield from self._counters(wanted)
@@ -136,7 +123,7 @@ class NetworkCollector:
 
     def _infiniband(self) -> Iterable[Metric]:
         labels = ["device", "port"]
-        counters = [(filename, CounterMetricFamily(name.removesuffix("_total"), help_text, labels=labels),
+        counters = [(filename, CounterMetricFamily(name, help_text, labels=labels),
                      multiplier) for filename, name, help_text, multiplier in _INFINIBAND_COUNTERS]
         speed = GaugeMetricFamily("bottleneck_infiniband_port_speed_bytes",
                                   "Link rate of an InfiniBand port in bytes per second (ports/<port>/rate).",
@@ -149,10 +136,10 @@ class NetworkCollector:
             for port in list_dir(os.path.join(root, hca, "ports")):
                 port_dir = os.path.join(root, hca, "ports", port)
                 for filename, family, multiplier in counters:
-                    value = read_int(os.path.join(port_dir, "counters", filename))
+                    value = read_count(os.path.join(port_dir, "counters", filename))
                     if value is not None:
                         family.add_metric([hca, port], value * multiplier)
-                rate = _parse_infiniband_rate(read_text(os.path.join(port_dir, "rate")))
+                rate = read_rate(os.path.join(port_dir, "rate"))
                 if rate is not None:
                     speed.add_metric([hca, port], rate)
                 state = read_text(os.path.join(port_dir, "state"))
@@ -162,14 +149,3 @@ class NetworkCollector:
         for metric in (*counter_families, speed, up):
             if metric.samples:
                 yield metric
-
-
-def _parse_infiniband_rate(text: str | None) -> float | None:
-    """Bytes per second from "200 Gb/sec (4X HDR)"; None when unreadable."""
-    fields = (text or "").split()
-    if len(fields) < 2 or fields[1] != "Gb/sec":
-        return None
-    try:
-        return float(fields[0]) * 1e9 / 8
-    except ValueError:
-        return None

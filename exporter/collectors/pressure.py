@@ -11,27 +11,14 @@ refuse reads: then there are no series, which is not a failure. ::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from exporter.collectors.base import Context, register
-from exporter.procfs import read_text
+from exporter.procfs import read_pressure
 
 RESOURCES = ("cpu", "io", "memory")
-
-
-def parse_pressure(text: str) -> dict[str, int]:
-    """{"some" / "full": total stall in microseconds} from one /proc/pressure file."""
-    totals: dict[str, int] = {}
-    for line in text.splitlines():
-        kind, _, rest = line.partition(" ")
-        for field in rest.split():
-            key, _, value = field.partition("=")
-            if key == "total" and kind in ("some", "full") and value.isdigit():
-                totals[kind] = int(value)
-    return totals
 
 
 @register("pressure",
@@ -48,8 +35,7 @@ class PressureCollector:
         )
         found = False
         for resource in RESOURCES:
-            text = read_text(os.path.join(self.procfs, "pressure", resource))
-            for kind, microseconds in parse_pressure(text or "").items():
+            for kind, microseconds in (read_pressure(self.procfs, resource) or {}).items():
                 family.add_metric([resource, kind], microseconds / 1e6)
                 found = True
         if found:

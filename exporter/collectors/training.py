@@ -1,8 +1,8 @@
 """Training processes on this node: CPU per thread role, busiest thread, memory, context switches, IO.
 
-Finds trainers without being told (``exporter.training_discovery``: DataLoader worker children, a CUDA
+Finds trainers without being told (``exporter.training.discovery``: DataLoader worker children, a CUDA
 device held open, a command line) or because the push receiver registered them, then reads every thread of
-the trainer and its DataLoader workers (``exporter.threads``). No PID or TID labels: a trainer is named by its
+the trainer and its DataLoader workers (``exporter.training.ledger``). No PID or TID labels: a trainer is named by its
 script and LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
 
     bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu"} 1.0
@@ -22,9 +22,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
 from exporter.kube.processes import ProcessPods, label_pods
-from exporter.procfs import USER_HZ
-from exporter.threads import ROLES, TrainerLedger, read_uptime, sample_trainer
-from exporter.training_discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+from exporter.procfs import USER_HZ, read_uptime
+from exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+from exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class TrainingCollector:
         info = GaugeMetricFamily("bottleneck_training_process_info",
                                  "A training process found on this node; value is always 1.",
                                  labels=[*_LABELS, "job", "discovered_by"])
-        cpu = CounterMetricFamily("bottleneck_training_cpu_seconds",
+        cpu = CounterMetricFamily("bottleneck_training_cpu_seconds_total",
                                   "CPU time of the trainer's threads and its DataLoader workers' threads, by "
                                   "thread role; kept from falling when threads exit (their time since the "
                                   "last scrape is lost).",
@@ -126,13 +126,13 @@ class TrainingCollector:
         rss = GaugeMetricFamily("bottleneck_training_resident_memory_bytes",
                                 "Resident memory of the trainer plus its DataLoader workers (pages shared "
                                 "after fork count in each process).", labels=_LABELS)
-        switches = CounterMetricFamily("bottleneck_training_context_switches",
+        switches = CounterMetricFamily("bottleneck_training_context_switches_total",
                                        "Context switches of all threads of the trainer and its workers.",
                                        labels=[*_LABELS, "kind"])
-        io_read = CounterMetricFamily("bottleneck_training_io_read_bytes",
+        io_read = CounterMetricFamily("bottleneck_training_io_read_bytes_total",
                                       "Bytes the trainer and its workers caused to be read from storage "
                                       "(/proc/PID/io read_bytes).", labels=_LABELS)
-        io_written = CounterMetricFamily("bottleneck_training_io_written_bytes",
+        io_written = CounterMetricFamily("bottleneck_training_io_written_bytes_total",
                                          "Bytes the trainer and its workers caused to be written to storage "
                                          "(/proc/PID/io write_bytes).", labels=_LABELS)
         workers = GaugeMetricFamily("bottleneck_training_dataloader_workers_found",

@@ -33,8 +33,13 @@ HARMFUL_CLOCK_REASONS = parameter("throttle_reasons")
 
 
 def gpu_panels() -> list[Panel]:
+    return [row("GPUs"), *gpu_utilization_panels(), *gpu_throttling_panels(), *gpu_link_panels(),
+            *gpu_process_panels()]
+
+
+def gpu_utilization_panels() -> list[Panel]:
+    """Whether the GPUs answer, how busy they are and how full their memory is."""
     return [
-        row("GPUs"),
         stat(
             "GPUs up",
             "GPUs answering NVML on this node; a GPU that fell off the bus (GPU_IS_LOST) counts as "
@@ -96,6 +101,12 @@ def gpu_panels() -> list[Panel]:
             min_value=0,
             max_value=1,
         ),
+    ]
+
+
+def gpu_throttling_panels() -> list[Panel]:
+    """Temperature, power and clocks: whether the driver holds the GPUs below full speed, and why."""
+    return [
         timeseries(
             "Temperature vs slowdown threshold",
             "GPU core temperature and the temperature at which the driver starts slowing the clocks down.",
@@ -158,6 +169,12 @@ def gpu_panels() -> list[Panel]:
             width=8,
             min_value=0,
         ),
+    ]
+
+
+def gpu_link_panels() -> list[Panel]:
+    """The PCIe link and the hardware's own error counters: a bad slot, riser or memory."""
+    return [
         table(
             "PCIe link",
             "PCIe generation and lane width, current vs maximum. The link drops to Gen1 when idle "
@@ -202,6 +219,12 @@ def gpu_panels() -> list[Panel]:
             width=12,
             min_value=0,
         ),
+    ]
+
+
+def gpu_process_panels() -> list[Panel]:
+    """Which processes hold GPU memory."""
+    return [
         timeseries(
             "GPU memory by process",
             "Framebuffer memory per process name (top processes).",
@@ -211,7 +234,6 @@ def gpu_panels() -> list[Panel]:
             stack=True,
         ),
     ]
-
 
 def cpu_panels() -> list[Panel]:
     saturated = threshold("cpu_busy_ratio")

@@ -36,6 +36,7 @@ from exporter.hook.timing import (
     StepClock,
 )
 from exporter.hook.transport import Transport
+from exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
 from exporter.push.schema import MAX_WORKER_PIDS, VERSION, encode
 
 log = logging.getLogger("exporter.hook")
@@ -104,21 +105,10 @@ def loader_settings(loader: Any) -> dict[str, Any] | None:
 
 def data_worker_children(procfs: str = "/proc") -> list[int]:
     """PIDs of this process's children named ``pt_data_worker`` (torch names its DataLoader workers so)."""
-    pid = os.getpid()
     try:
-        with open(f"{procfs}/{pid}/task/{pid}/children") as fh:
-            children = [int(word) for word in fh.read().split()]
-    except (OSError, ValueError):
+        return [child for child in read_children(procfs, os.getpid()) if read_comm(procfs, child) == WORKER_COMM]
+    except ProcParseError:
         return []
-    found = []
-    for child in children:
-        try:
-            with open(f"{procfs}/{child}/comm") as fh:
-                if fh.read().strip() == "pt_data_worker":
-                    found.append(child)
-        except OSError:
-            continue
-    return found
 
 
 class Session:

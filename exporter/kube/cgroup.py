@@ -9,14 +9,15 @@ cgroup named after the container ID. The names depend on the cgroup driver and t
     0::/../../kubepods-besteffort-pod5f0c…_9e2b.slice/crio-<id>.scope            (read from another cgroupns)
 
 Names (namespace, pod, container) are not in the cgroup: ``exporter.kube.podlogs`` finds them from the IDs.
-``parse_cgroup`` is pure (text in, identity out); ``read_pod_cgroup`` is the one place that reads the file.
+``parse_cgroup`` is pure (text in, identity out); ``read_pod_cgroup`` reads the file through ``exporter.procfs``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
+
+from exporter.procfs import read_cgroup
 
 # A pod UID is a UUID (API pods; the systemd driver writes its dashes as underscores) or, for static pods, the
 # 32-hex hash of the manifest. The systemd slice carries its parents' names as a prefix: kubepods-burstable-pod…,
@@ -69,8 +70,5 @@ def parse_cgroup(text: str) -> PodCgroup | None:
 
 def read_pod_cgroup(procfs: str, pid: int) -> PodCgroup | None:
     """``parse_cgroup`` of a live process; None when it is gone or not in a pod."""
-    try:
-        with open(os.path.join(procfs, str(pid), "cgroup"), encoding="utf-8", errors="replace") as file:
-            return parse_cgroup(file.read())
-    except OSError:
-        return None
+    text = read_cgroup(procfs, pid)
+    return None if text is None else parse_cgroup(text)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exporter.push.receiver import PushReceiver
-    from exporter.training_registry import TrainingRegistry
+    from exporter.training.registry import TrainingRegistry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 
-from exporter.procfs import USER_HZ, read_text
+from exporter.procfs import USER_HZ, ProcParseError, TaskStat, read_stat, shows_own_pid_namespace
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ProcessTable:
 
     def __init__(self, procfs: str = "/proc") -> None:
         self.procfs = procfs
-        self.usable = _shows_own_namespace(procfs)
+        self.usable = shows_own_pid_namespace(procfs)
         if not self.usable:
             log.info("push: %s does not show this exporter's PID namespace (%s/self is not PID %d); silent "
                      "ranks are forgotten after --push.job-expiry even while their process lives", procfs,
@@ -57,34 +57,21 @@ class ProcessTable:
         its PID already belongs to another process)."""
         if not self.usable:
             return None
-        state = self._read(pid)
-        if state is None or state[0] in _GONE_STATES:
+        stat = self._read(pid)
+        if stat is None or stat.state in _GONE_STATES:
             return None
-        starttime = state[1]
-        if received is not None and starttime / USER_HZ > received:
+        if received is not None and stat.starttime / USER_HZ > received:
             return None
-        return ProcessIdentity(pid, starttime)
+        return ProcessIdentity(pid, stat.starttime)
 
     def alive(self, process: ProcessIdentity) -> bool:
         """Whether the identified process still runs (a zombie does not; a new process on its PID is not it)."""
-        state = self._read(process.pid)
-        return state is not None and state[0] not in _GONE_STATES and state[1] == process.starttime
+        stat = self._read(process.pid)
+        return stat is not None and stat.state not in _GONE_STATES and stat.starttime == process.starttime
 
-    def _read(self, pid: int) -> tuple[str, int] | None:
-        """(state letter, start time) from ``stat``; the name before them may hold spaces and parentheses."""
-        text = read_text(os.path.join(self.procfs, str(pid), "stat"))
-        close = text.rfind(")") if text else -1
-        if text is None or close < 0:
-            return None
-        fields = text[close + 2:].split()
+    def _read(self, pid: int) -> TaskStat | None:
+        """The process's stat; None when it is gone or its stat does not parse (then nothing vouches for it)."""
         try:
-            return fields[0], int(fields[19])
-        except (IndexError, ValueError):
+            return read_stat(self.procfs, pid)
+        except ProcParseError:
             return None
-
-
-def _shows_own_namespace(procfs: str) -> bool:
-    try:
-        return os.readlink(os.path.join(procfs, "self")) == str(os.getpid())
-    except OSError:
-        return False

@@ -34,7 +34,7 @@ from exporter.push.exposition import families
 from exporter.push.liveness import boot_clock
 from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
 from exporter.push.store import JobStore, RankState
-from exporter.training_registry import RegisteredProcess, TrainingRegistry
+from exporter.training.registry import RegisteredProcess, TrainingRegistry
 
 log = logging.getLogger(__name__)
 

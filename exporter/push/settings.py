@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.config import ConfigError
 from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
-from exporter.training_registry import TrainingRegistry
+from exporter.training.registry import TrainingRegistry
 
 if TYPE_CHECKING:
     from exporter.push.receiver import PushReceiver

@@ -16,10 +16,8 @@ that exits loses only what it used after the last scrape that saw it.
 from __future__ import annotations
 
 import dataclasses
-import os
 
-from exporter.procfs import USER_HZ, list_dir
-from exporter.training_discovery import PIN_MEMORY_COMM, WORKER_COMM, read_small, read_stat
+from exporter.procfs import PIN_MEMORY_COMM, USER_HZ, WORKER_COMM, read_io, read_stat, read_status, tids
 
 MAIN, DATA_WORKER, PIN_MEMORY, OTHER = "main", "data_worker", "pin_memory", "other"
 ROLES = (MAIN, DATA_WORKER, PIN_MEMORY, OTHER)
@@ -75,57 +73,23 @@ def sample_process_threads(
     """Threads of one process and its resident memory; threads that exit while being read are skipped."""
     threads: list[ThreadSample] = []
     rss: int | None = None
-    task_dir = os.path.join(procfs, str(pid), "task")
-    for name in list_dir(task_dir):
-        if not name.isdigit():
-            continue
-        tid = int(name)
-        stat = read_stat(os.path.join(task_dir, name, "stat"))
+    for tid in tids(procfs, pid):
+        stat = read_stat(procfs, pid, tid)
         if stat is None:
             continue
-        status = read_fields(os.path.join(task_dir, name, "status"), _STATUS_KEYS)
-        if rss is None and "VmRSS" in status:
-            rss = status["VmRSS"] * 1024  # kB
+        status = read_status(procfs, pid, tid)
+        if rss is None and status is not None:
+            rss = status.rss_bytes  # the process's, shown in each of its threads
         threads.append(ThreadSample(
             tid=tid,
             starttime=stat.starttime,
             role=role_of(tid, pid, stat.comm, in_worker_process),
             utime=stat.utime,
             stime=stat.stime,
-            voluntary_switches=status.get("voluntary_ctxt_switches", 0),
-            involuntary_switches=status.get("nonvoluntary_ctxt_switches", 0),
+            voluntary_switches=status.voluntary_switches if status is not None else 0,
+            involuntary_switches=status.involuntary_switches if status is not None else 0,
         ))
     return threads, rss
-
-
-def read_fields(path: str, keys: tuple[str, ...]) -> dict[str, int]:
-    """``Key: value`` fields of a status or io file, looked up directly (these files have ~60 lines and
-    we want 3); values stay in the file's unit. {} when the file is gone."""
-    text = read_small(path)
-    values: dict[str, int] = {}
-    if not text:
-        return values
-    text = "\n" + text
-    for key in keys:
-        at = text.find(f"\n{key}:")
-        if at < 0:
-            continue
-        start = at + len(key) + 2
-        parts = text[start:text.find("\n", start)].split()
-        if parts and parts[0].isdigit():
-            values[key] = int(parts[0])
-    return values
-
-
-_STATUS_KEYS = ("VmRSS", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
-_IO_KEYS = ("read_bytes", "write_bytes")
-
-
-def _read_io(procfs: str, pid: int) -> tuple[int, int] | None:
-    io = read_fields(os.path.join(procfs, str(pid), "io"), _IO_KEYS)
-    if "read_bytes" not in io or "write_bytes" not in io:
-        return None
-    return io["read_bytes"], io["write_bytes"]
 
 
 def sample_trainer(procfs: str, pid: int, worker_pids: list[int]) -> ProcessSample | None:
@@ -133,7 +97,7 @@ def sample_trainer(procfs: str, pid: int, worker_pids: list[int]) -> ProcessSamp
     threads, rss = sample_process_threads(procfs, pid, in_worker_process=False)
     if not threads:
         return None
-    io = _read_io(procfs, pid)
+    io = read_io(procfs, pid)
     io_read, io_written = io if io is not None else (None, None)
     workers_found = 0
     for worker in worker_pids:
@@ -144,20 +108,11 @@ def sample_trainer(procfs: str, pid: int, worker_pids: list[int]) -> ProcessSamp
         threads.extend(worker_threads)
         if worker_rss is not None:
             rss = (rss or 0) + worker_rss
-        worker_io = _read_io(procfs, worker)
+        worker_io = read_io(procfs, worker)
         if worker_io is not None and io_read is not None and io_written is not None:
             io_read += worker_io[0]
             io_written += worker_io[1]
     return ProcessSample(threads, rss, io_read, io_written, workers_found)
-
-
-def read_uptime(procfs: str) -> float | None:
-    """Seconds since boot: the clock thread start times are measured on."""
-    text = read_small(os.path.join(procfs, "uptime"))
-    try:
-        return float(text.split()[0]) if text else None
-    except (ValueError, IndexError):
-        return None
 
 
 class TrainerLedger:

@@ -25,12 +25,18 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from exporter.training_registry import RegisteredProcess
-
-WORKER_COMM = "pt_data_worker"
-PIN_MEMORY_COMM = "pt_data_pin"
-# torch.distributed.run names the main thread of torchrun's agent so; it launches trainers, it is not one.
-ELASTIC_AGENT_COMM = "pt_elastic"
+from exporter.procfs import (
+    ELASTIC_AGENT_COMM,
+    PF_KTHREAD,
+    WORKER_COMM,
+    TaskStat,
+    holds_open,
+    pids,
+    read_argv,
+    read_environ_value,
+    read_stat,
+)
+from exporter.training.registry import RegisteredProcess
 
 # Discovery reasons, strongest first: the order decides ``discovered_by`` and who is kept under max-processes.
 PUSH, WORKERS, GPU, CMDLINE = "push", "dataloader_workers", "gpu", "cmdline"
@@ -51,107 +57,13 @@ DEFAULT_CMDLINE_INCLUDE = (r"(^|[\s/])((pre)?train|finetune)[\w.-]*\.py(\s|$)"
 
 # Label values come from user command lines: keep them bounded.
 MAX_LABEL_LENGTH = 64
-_PF_KTHREAD = 0x00200000
 _PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
 _PYTHON_OPTIONS_WITH_ARGUMENT = ("-X", "-W", "--check-hash-based-pycs")
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskStat:
-    """The parts of ``/proc/PID/stat`` (or ``/proc/PID/task/TID/stat``) this exporter uses."""
-
-    comm: str
-    ppid: int
-    flags: int
-    utime: int  # clock ticks (USER_HZ)
-    stime: int
-    starttime: int  # clock ticks after boot
-
-
-def parse_stat(text: str | None) -> TaskStat | None:
-    """Parse a stat line; the name sits in parentheses and may itself contain spaces and parentheses."""
-    if not text:
-        return None
-    open_paren, close_paren = text.find("("), text.rfind(")")
-    if open_paren < 0 or close_paren < open_paren:
-        return None
-    fields = text[close_paren + 2:].split()
-    try:
-        return TaskStat(
-            comm=text[open_paren + 1:close_paren],
-            ppid=int(fields[1]),
-            flags=int(fields[6]),
-            utime=int(fields[11]),
-            stime=int(fields[12]),
-            starttime=int(fields[19]),
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def read_small(path: str) -> str | None:
-    """A /proc file, or None when it (or its process) is gone. Unbuffered os.read is about three times
-    faster than open().read() here, and the collector reads a few files per process and thread per scrape."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = [os.read(fd, 65536)]
-        # stat, status and io come whole in one read; only cmdline and environ can be longer than a page.
-        while len(chunks[-1]) >= 4096:
-            chunks.append(os.read(fd, 65536))
-    except OSError:  # ESRCH: the task exited between open and read
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
-def read_stat(path: str) -> TaskStat | None:
-    return parse_stat(read_small(path))
-
-
-def read_argv(procfs: str, pid: int) -> list[str]:
-    text = read_small(os.path.join(procfs, str(pid), "cmdline"))
-    if not text:
-        return []
-    argv = text.rstrip("\0").split("\0")
-    # setproctitle-style titles put everything in argv[0] with spaces.
-    if len(argv) == 1 and " " in argv[0]:
-        argv = argv[0].split()
-    return argv
-
-
-def read_environ_value(procfs: str, pid: int, key: str) -> str | None:
-    """One variable from ``/proc/PID/environ``; None when unreadable (another user's process) or unset."""
-    text = read_small(os.path.join(procfs, str(pid), "environ"))
-    if not text:
-        return None
-    prefix = key + "="
-    for entry in text.split("\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix):]
-    return None
-
-
 def holds_gpu(procfs: str, pid: int) -> bool:
     """True when one of the process's open files is a CUDA device (an fd link to /dev/nvidia-uvm)."""
-    fd_dir = os.path.join(procfs, str(pid), "fd")
-    try:
-        with os.scandir(fd_dir) as entries:
-            for checked, entry in enumerate(entries):
-                if checked >= GPU_MAX_FDS_CHECKED:
-                    return False
-                try:
-                    target = os.readlink(entry.path)
-                except OSError:
-                    continue
-                if target in GPU_DEVICE_PATHS:
-                    return True
-    except OSError:
-        pass
-    return False
+    return holds_open(procfs, pid, GPU_DEVICE_PATHS, GPU_MAX_FDS_CHECKED)
 
 
 def script_name(argv: list[str], comm: str) -> str:
@@ -286,17 +198,11 @@ class Discovery:
     def scan(self) -> dict[int, TaskStat]:
         """stat of every user-space process now; kernel threads and vanished processes are left out."""
         processes: dict[int, TaskStat] = {}
-        try:
-            names = os.listdir(self.procfs)
-        except OSError:
-            return processes
-        for name in names:
-            if not name.isdigit():
+        for pid in pids(self.procfs):
+            stat = read_stat(self.procfs, pid)
+            if stat is None or stat.flags & PF_KTHREAD:
                 continue
-            stat = read_stat(os.path.join(self.procfs, name, "stat"))
-            if stat is None or stat.flags & _PF_KTHREAD:
-                continue
-            processes[int(name)] = stat
+            processes[pid] = stat
         live = {(pid, stat.starttime) for pid, stat in processes.items()}
         for key in [k for k in self._facts if k not in live]:
             del self._facts[key]
@@ -340,21 +246,39 @@ def resolve_trainers(
     other, the ancestor wins (the descendant is a helper) unless the descendant has LOCAL_RANK or a GPU and
     the ancestor has not (then the ancestor is a launcher such as deepspeed or accelerate).
     """
+    trainers, workers = _strong_trainers(processes, registered, discovery)
+    strong = set(trainers)
+    weak = _weak_candidates(processes, strong, workers, discovery)
+    dropped = _launchers_and_helpers(weak, strong, processes, discovery)
+    for pid, reasons in weak.items():
+        if pid not in dropped:
+            for reason in reasons:
+                _add_reason(trainers, processes, pid, reason)
+    for trainer in trainers.values():
+        _name(trainer, processes[trainer.pid], discovery)
+    return sorted(trainers.values(), key=lambda t: (STRENGTH[t.discovered_by], t.starttime, t.pid))
+
+
+def _add_reason(trainers: dict[int, Trainer], processes: dict[int, TaskStat], pid: int, reason: str) -> Trainer:
+    trainer = trainers.get(pid)
+    if trainer is None:
+        stat = processes[pid]
+        trainer = trainers[pid] = Trainer(pid, stat.starttime, stat.comm, set())
+    trainer.reasons.add(reason)
+    return trainer
+
+
+def _strong_trainers(
+    processes: dict[int, TaskStat], registered: list[RegisteredProcess], discovery: Discovery
+) -> tuple[dict[int, Trainer], set[int]]:
+    """Trainers on strong evidence, and every DataLoader worker: the processes the push receiver registered
+    (with the workers they named), then the trainers that pt_data_worker processes load data for."""
     trainers: dict[int, Trainer] = {}
-
-    def add(pid: int, reason: str) -> Trainer:
-        trainer = trainers.get(pid)
-        if trainer is None:
-            stat = processes[pid]
-            trainer = trainers[pid] = Trainer(pid, stat.starttime, stat.comm, set())
-        trainer.reasons.add(reason)
-        return trainer
-
     workers: set[int] = set()
     for reg in registered:
         if reg.pid not in processes:
             continue
-        trainer = add(reg.pid, PUSH)
+        trainer = _add_reason(trainers, processes, reg.pid, PUSH)
         trainer.job, trainer.local_rank = reg.job, reg.local_rank
         for worker in reg.worker_pids:
             if worker in processes and worker != reg.pid and worker not in workers:
@@ -366,15 +290,21 @@ def resolve_trainers(
         parent = _trainer_of_worker(pid, processes, discovery)
         if parent is not None:
             workers.add(pid)
-            add(parent, WORKERS).worker_pids.append(pid)
+            _add_reason(trainers, processes, parent, WORKERS).worker_pids.append(pid)
     for pid in workers:
         trainers.pop(pid, None)  # a worker that loads data for a nested loader is still a worker
-    strong = set(trainers)
+    return trainers, workers
 
+
+def _weak_candidates(
+    processes: dict[int, TaskStat], strong: set[int], workers: set[int], discovery: Discovery
+) -> dict[int, set[str]]:
+    """{pid: weak reasons} of the processes whose command line matches or that hold a GPU, other than the
+    strong trainers, the workers, this exporter, and torchrun's agent."""
     weak: dict[int, set[str]] = {}
-    own = discovery.own_pid
     for pid, stat in processes.items():
-        if pid in strong or pid in workers or pid == own or stat.comm in (ELASTIC_AGENT_COMM, WORKER_COMM):
+        if (pid in strong or pid in workers or pid == discovery.own_pid
+                or stat.comm in (ELASTIC_AGENT_COMM, WORKER_COMM)):
             continue
         reasons = set()
         if discovery.cmdline_matches(pid, stat):
@@ -383,7 +313,14 @@ def resolve_trainers(
             reasons.add(GPU)
         if reasons:
             weak[pid] = reasons
+    return weak
 
+
+def _launchers_and_helpers(
+    weak: dict[int, set[str]], strong: set[int], processes: dict[int, TaskStat], discovery: Discovery
+) -> set[int]:
+    """The weak candidates that are not trainers: ancestors of a strong trainer (launchers), its descendants
+    (helpers), and of two weak candidates in one line of descent the one that looks less like a rank."""
     launchers = {a for pid in strong for a in _ancestors(pid, processes)}
 
     def looks_like_rank(pid: int) -> tuple[bool, bool]:
@@ -405,15 +342,12 @@ def resolve_trainers(
                 else:
                     dropped.add(pid)
                     break
-    for pid, reasons in weak.items():
-        if pid not in dropped:
-            for reason in reasons:
-                add(pid, reason)
+    return dropped
 
-    for trainer in trainers.values():
-        stat = processes[trainer.pid]
-        trainer.process = script_name(discovery.argv(trainer.pid, stat), stat.comm)
-        if not trainer.local_rank:
-            trainer.local_rank = (discovery.local_rank(trainer.pid, stat) or "")[:MAX_LABEL_LENGTH]
-        trainer.worker_pids.sort()
-    return sorted(trainers.values(), key=lambda t: (STRENGTH[t.discovered_by], t.starttime, t.pid))
+
+def _name(trainer: Trainer, stat: TaskStat, discovery: Discovery) -> None:
+    """The trainer's labels: its script name, and its LOCAL_RANK unless the push receiver gave one."""
+    trainer.process = script_name(discovery.argv(trainer.pid, stat), stat.comm)
+    if not trainer.local_rank:
+        trainer.local_rank = (discovery.local_rank(trainer.pid, stat) or "")[:MAX_LABEL_LENGTH]
+    trainer.worker_pids.sort()
