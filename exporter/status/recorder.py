@@ -1,0 +1,74 @@
+"""Recent samples of this exporter's own collections, kept in memory for the status page.
+
+Wraps the orchestrator (itself a prometheus_client collector): every collection, a Prometheus scrape or the
+status sampler's, passes through ``collect()`` and leaves a snapshot of the samples the page and the catalogue
+read, at most one per ``spacing`` seconds. Bounded twice: at most ``MAX_SNAPSHOTS`` snapshots (the oldest
+drop out), and only series whose names are in ``names`` (those the catalogue's expressions and the page read;
+per-CPU and per-disk series of other names never enter). Nothing is evaluated here: the verdicts are computed
+when the page is asked for (``exporter.status.verdicts``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Collector
+
+# 64 snapshots, one per 5 s at most: the last five minutes at the sampler's pace, the catalogue's rate window.
+MAX_SNAPSHOTS = 64
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    at: float  # Unix time of the collection
+    samples: tuple[tuple[str, Labels, float], ...]  # (sample name, sorted labels, value)
+
+    def values(self, name: str) -> list[tuple[dict[str, str], float]]:
+        return [(dict(labels), value) for sample, labels, value in self.samples if sample == name]
+
+
+class Recorder:
+    def __init__(self, inner: Collector, names: Iterable[str], spacing: float, size: int = MAX_SNAPSHOTS,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.inner = inner
+        self.names = frozenset(names)
+        self.spacing = spacing
+        self.collected = threading.Event()  # set after the first collection
+        self.last_collection: float | None = None
+        self._clock = clock
+        self._ring: collections.deque[Snapshot] = collections.deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterable[Metric]:
+        families = list(self.inner.collect())
+        now = self._clock()
+        samples = tuple((s.name, tuple(sorted(s.labels.items())), float(s.value))
+                        for family in families for s in family.samples if s.name in self.names)
+        with self._lock:
+            self.last_collection = now
+            if not self._ring or now - self._ring[-1].at >= self.spacing:
+                self._ring.append(Snapshot(now, samples))
+        self.collected.set()
+        return families
+
+    def collect_if_idle(self, interval: float) -> bool:
+        """Collect unless a collection (a scrape) happened in the last ``interval`` seconds: a node that
+        Prometheus scrapes pays for no extra collection. Returns whether it collected."""
+        with self._lock:
+            last = self.last_collection
+        if last is not None and self._clock() - last < interval:
+            return False
+        self.collect()
+        return True
+
+    def snapshots(self) -> list[Snapshot]:
+        with self._lock:
+            return list(self._ring)
