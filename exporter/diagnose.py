@@ -221,26 +221,27 @@ class InProcessSource:
 
         from exporter.config import load_yaml
         from exporter.orchestrator import Orchestrator
-        from exporter.parts import PUSH, build_parts
+        from exporter.parts import build_parts
         from exporter.training_registry import TrainingRegistry
 
         args = exporter_parser().parse_args(list(exporter_args))
         file_config = load_yaml(args.config_file) if args.config_file else {}
-        parts = build_parts(args, file_config, TrainingRegistry(), args.config_file or "")
-        self.receiver = parts.get(PUSH)
+        self.parts = build_parts(args, file_config, TrainingRegistry(), args.config_file or "")
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(Orchestrator(parts))
+        self.registry.register(Orchestrator(self.parts))
 
     def describe(self) -> str:
         return "this node (collectors and push receiver in this process)"
 
     def start(self) -> None:
-        if self.receiver is not None:
-            self.receiver.start()
+        from exporter.parts import start
+
+        start(self.parts)
 
     def stop(self) -> None:
-        if self.receiver is not None:
-            self.receiver.stop()
+        from exporter.parts import stop
+
+        stop(self.parts)
 
     def samples(self) -> list[Sample]:
         return [(s.name, dict(s.labels), float(s.value)) for family in self.registry.collect() for s in family.samples]
@@ -357,7 +358,7 @@ exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 Prome
 unreachable, 4 internal error."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="bottleneck-exporter diagnose",
         description="Print bottleneck verdicts with their evidence and advice, per node and training job.",
@@ -383,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def exporter_parser() -> argparse.ArgumentParser:
+def exporter_parser() -> Parser:
     """The exporter's part flags, for the collectors and push receiver diagnose runs in-process; a misspelled
     flag is matched against diagnose's own flags as well."""
     from exporter.parts import add_arguments

@@ -1,7 +1,7 @@
 """The exporter's log lines: logfmt or JSON on stderr, with the keys and quoting of Prometheus' own logger.
 
-    time=2026-11-30T14:28:01.004Z level=info source=cli.py:212 msg="exporter ready" nvml=ok gpus=2 push_socket=/run/bottleneck-exporter/push.sock collectors=cpu,disk,gpu,memory,network,pressure,training,push
-    {"time": "2026-11-30T14:28:01.004Z", "level": "info", "source": "cli.py:212", "msg": "exporter ready", "gpus": 2, ...}
+    time=2026-11-30T14:28:01.004Z level=info source=status/__init__.py:99 msg="exporter ready" nvml=ok gpus=2
+    {"time": "2026-11-30T14:28:01.004Z", "level": "info", "source": "status/__init__.py:99", "gpus": 2, ...}
 
 Fields are fields, not text in the message: ``log.info("push receiver listening", extra={"socket": path})``.
 Every key of ``extra`` that is not a standard LogRecord attribute becomes a field, in the order given. A logfmt

@@ -17,6 +17,7 @@ PHASE_COLOURS = {"data_wait": "#e4572e", "forward": "#2e86de", "backward": "#8e4
 PHASE_NAMES = {"data_wait": "data wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer",
                "other": "other"}
 SEVERITY_COLOURS = {"critical": "#c0392b", "warning": "#d68910", "info": "#2874a6"}
+NONE = "\u2013"  # an en dash where there is no value
 # The page reloads itself (an HTML meta refresh, no script) as often as the sampler collects.
 REFRESH_SECONDS = 15
 
@@ -141,9 +142,9 @@ def _jobs(jobs: list[Mapping[str, Any]]) -> str:
             out.append(
                 f"<tr><td>{_e(job['job'])}</td><td class=num>{_e(rank['rank'])}</td>"
                 f"<td class=num>{rank['steps']:.0f}</td>"
-                f"<td class=num>{_seconds(step) if step is not None else '–'}</td>"
-                f"<td class=num>{_age(age) if age is not None else '–'}</td>"
-                f"<td class=num>{workers if workers is not None else '–'}</td>"
+                f"<td class=num>{_seconds(step) if step is not None else NONE}</td>"
+                f"<td class=num>{_age(age) if age is not None else NONE}</td>"
+                f"<td class=num>{workers if workers is not None else NONE}</td>"
                 f"<td>{_phase_bar(rank)}</td></tr>")
     out.append("</table></section>")
     return "".join(out)
@@ -175,7 +176,7 @@ def _collectors(collectors: list[Mapping[str, Any]]) -> str:
     out = ["<section><h2>Collectors</h2><table><tr><th>collector</th><th>last collection</th><th>took</th></tr>"]
     for c in collectors:
         badge = '<span class="badge ok">ok</span>' if c["success"] else '<span class="badge fail">failed</span>'
-        took = _seconds(c["duration_seconds"]) if c["duration_seconds"] is not None else "–"
+        took = _seconds(c["duration_seconds"]) if c["duration_seconds"] is not None else NONE
         out.append(f"<tr><td>{_e(c['name'])}</td><td>{badge}</td><td class=num>{took}</td></tr>")
     if not collectors:
         out.append('<tr><td colspan=3 class="muted">no collection yet</td></tr>')
@@ -190,8 +191,8 @@ def _gpus(gpu: Mapping[str, Any]) -> str:
     if gpu["gpus"]:
         out.append("<table><tr><th>gpu</th><th>model</th><th>state</th><th>utilization</th><th>memory</th></tr>")
         for g in gpu["gpus"]:
-            util = f"{g['utilization_ratio']:.0%}" if g["utilization_ratio"] is not None else "–"
-            memory = "–"
+            util = f"{g['utilization_ratio']:.0%}" if g["utilization_ratio"] is not None else NONE
+            memory = NONE
             if g["memory_used_bytes"] is not None and g["memory_total_bytes"]:
                 memory = f"{g['memory_used_bytes'] / 2**30:.1f} / {g['memory_total_bytes'] / 2**30:.0f} GiB"
             up = '<span class="badge ok">up</span>' if g["up"] else '<span class="badge fail">lost</span>'
@@ -232,4 +233,4 @@ def _duration(seconds: float) -> str:
 
 
 def _age(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{_duration(seconds)} ago"
+    return NONE if seconds is None else f"{_duration(seconds)} ago"
