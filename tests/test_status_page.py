@@ -54,6 +54,7 @@ def _visible_text(dom: str) -> str:
 
 @pytest.mark.live
 @pytest.mark.torch
+@pytest.mark.golden
 def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_exporter, tmp_path: Path,
                                                                           update_golden: bool) -> None:
     sock = tmp_path / "push.sock"
@@ -84,7 +85,7 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
 
         shot = tmp_path / "status.png"
         dumped = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", f"{exporter.url}/")
-        shown = _chromium(tmp_path, "--window-size=1280,1700", f"--screenshot={shot}", f"{exporter.url}/")
+        shown = _chromium(tmp_path, "--window-size=1280,1480", f"--screenshot={shot}", f"{exporter.url}/")
     finally:
         stop.touch()
         trainer.wait(timeout=60)
