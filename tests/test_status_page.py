@@ -153,7 +153,8 @@ def test_recorder_ring_stays_bounded_and_keeps_only_read_series() -> None:
     snapshots = recorder.snapshots()
     assert len(snapshots) == MAX_SNAPSHOTS
     assert {name for snap in snapshots for name, _, _ in snap.samples} == {"bottleneck_push_jobs"}
-    assert snapshots[-1].samples[0][2] == MAX_SNAPSHOTS * 3  # the newest kept, the oldest dropped
+    assert next(iter(snapshots[-1].samples))[2] == MAX_SNAPSHOTS * 3  # the newest kept, the oldest dropped
+    assert all(snap.series is snapshots[0].series for snap in snapshots), "unchanged series are not shared"
 
 
 def test_a_fast_scraper_does_not_fill_the_ring_faster_than_the_spacing() -> None:

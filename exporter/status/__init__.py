@@ -24,7 +24,7 @@ from exporter import __version__
 from exporter.collectors.base import Collector
 from exporter.status import model, page
 from exporter.status.recorder import Recorder
-from exporter.status.verdicts import catalogue_names
+from exporter.status.verdicts import Verdicts, catalogue_names, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ class Status:
                                       "started_at": time.time()}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The last verdicts and the ring they were computed over: a reload between two snapshots (or a second
+        # browser tab) does not evaluate the catalogue again.
+        self._verdicts: tuple[tuple[float, float, int], Verdicts] | None = None
+        self._verdicts_lock = threading.Lock()
 
     def ready(self) -> bool:
         return self.recorder.collected.is_set()
@@ -51,7 +55,13 @@ class Status:
         return {"/": self.html, "/status.json": self.json}
 
     def data(self) -> dict[str, Any]:
-        return model.build(self.recorder.snapshots(), self.parts, {**self.facts, "ready": self.ready()})
+        snapshots = self.recorder.snapshots()
+        key = (snapshots[0].at, snapshots[-1].at, len(snapshots)) if snapshots else (0.0, 0.0, 0)
+        with self._verdicts_lock:
+            if self._verdicts is None or self._verdicts[0] != key:
+                self._verdicts = key, evaluate(snapshots, str(self.facts["instance"]))
+            verdicts = self._verdicts[1]
+        return model.build(snapshots, self.parts, {**self.facts, "ready": self.ready()}, verdicts=verdicts)
 
     def html(self) -> tuple[bytes, str]:
         return page.render(self.data()), "text/html; charset=utf-8"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.status.recorder import Snapshot
-from exporter.status.verdicts import evaluate
+from exporter.status.verdicts import Verdicts, evaluate
 
 # Phases of a step as the hook partitions it (docs/hook.md); "other" is the rest of the step: your own code.
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
@@ -29,11 +29,13 @@ PAGE_NAMES = frozenset({
 
 
 def build(snapshots: Sequence[Snapshot], parts: Mapping[str, Any], facts: Mapping[str, Any],
-          now: float | None = None) -> dict[str, Any]:
-    """The page's data. ``facts``: version, instance, listen_address, telemetry_path, started_at, ready."""
+          now: float | None = None, verdicts: Verdicts | None = None) -> dict[str, Any]:
+    """The page's data. ``facts``: version, instance, listen_address, telemetry_path, started_at, ready;
+    ``verdicts``: already evaluated over these snapshots, else evaluated here."""
     now = time.time() if now is None else now
     last = snapshots[-1] if snapshots else None
-    verdicts = evaluate(snapshots, str(facts.get("instance", "")))
+    if verdicts is None:
+        verdicts = evaluate(snapshots, str(facts.get("instance", "")))
     return {
         "exporter": {**facts, "uptime_seconds": now - float(facts.get("started_at", now))},
         "collection": {"at": last.at if last else None, "age_seconds": now - last.at if last else None,
