@@ -22,6 +22,7 @@ import requests
 from exporter.status.page import render
 from exporter.status.recorder import MAX_SNAPSHOTS, Recorder
 from tests.conftest import ROOT, require_tool
+from tests.test_hook import wait_for
 
 PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
 SCREENSHOT = ROOT / "docs" / "status-page.png"
@@ -34,17 +35,6 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / f"chromium-{time.monotonic_ns()}"  # a fresh profile: nothing cached from a former run
     return subprocess.run([require_tool("chromium"), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
                           capture_output=True, text=True, timeout=120)
-
-
-def _wait_for(predicate, what: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _visible_text(dom: str) -> str:
@@ -73,7 +63,7 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
                       if f["labels"].get("job") == "resnet-input-bound"}
             return status if "BottleneckInputBound" in alerts else None
 
-        status = _wait_for(verdict_for_the_job, "the input-bound verdict in /status.json")
+        status = wait_for(verdict_for_the_job, "the input-bound verdict in /status.json", timeout=120)
         rank = status["jobs"][0]["ranks"][0]
         assert (status["jobs"][0]["job"], rank["rank"], rank["num_workers"]) == ("resnet-input-bound", "0", 0)
         assert rank["phase_ratios"]["data_wait"] > 0.5, rank
