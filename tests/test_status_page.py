@@ -82,6 +82,8 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
     assert dumped.returncode == 0, dumped.stderr
     text = _visible_text(dumped.stdout)
     assert "resnet-input-bound" in text and "input-bound (data loading)" in text, text
+    assert re.search(r"resnet-input-bound 0 \d+ [\d.]+ ms \d+s ago 0 ", text), "job, rank, steps, step time, " \
+        "last step, workers: " + text
     assert re.search(r"data wait \d+%", text), text
     bar = re.search(r'<svg class="phasebar"[^>]*aria-label="([^"]*)"[^>]*>(.*?)</svg>', dumped.stdout, re.S)
     assert bar is not None and bar.group(1).startswith("data wait"), dumped.stdout
@@ -145,6 +147,15 @@ def test_recorder_ring_stays_bounded_and_keeps_only_read_series() -> None:
     assert {name for snap in snapshots for name, _, _ in snap.samples} == {"bottleneck_push_jobs"}
     assert next(iter(snapshots[-1].samples))[2] == MAX_SNAPSHOTS * 3  # the newest kept, the oldest dropped
     assert all(snap.series is snapshots[0].series for snap in snapshots), "unchanged series are not shared"
+
+
+def test_snapshots_older_than_the_rate_window_drop_out() -> None:
+    times = iter([0.0, 100.0, 200.0, 300.0, 301.0, 450.0])
+    recorder = Recorder(_Counting(), {"bottleneck_push_jobs"}, spacing=1.0, max_age=300.0,
+                        clock=lambda: next(times))
+    for _ in range(6):
+        list(recorder.collect())
+    assert [snap.at for snap in recorder.snapshots()] == [200.0, 300.0, 301.0, 450.0]
 
 
 def test_a_fast_scraper_does_not_fill_the_ring_faster_than_the_spacing() -> None:

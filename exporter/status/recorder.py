@@ -2,9 +2,9 @@
 
 Wraps the orchestrator (itself a prometheus_client collector): every collection, a Prometheus scrape or the
 status sampler's, passes through ``collect()`` and leaves a snapshot of the samples the page and the catalogue
-read, at most one per ``spacing`` seconds. Bounded twice: at most ``MAX_SNAPSHOTS`` snapshots (the oldest
-drop out), and only series whose names are in ``names`` (those the catalogue's expressions and the page read;
-series of other names never enter). A snapshot whose series are those of the one before shares its list of
+read, at most one per ``spacing`` seconds. Bounded twice: at most ``MAX_SNAPSHOTS`` snapshots, none older
+than ``MAX_AGE_SECONDS`` (the oldest drop out), and only series whose names are in ``names`` (those the
+catalogue's expressions and the page read). A snapshot whose series are those of the one before shares its list of
 series and adds only an array of values, 8 bytes a sample: 1,500 series (a 128-core node with 8 GPUs) cost
 under 1 MB for the whole ring. Nothing is evaluated here: the verdicts are computed when the page is asked
 for (``exporter.status.verdicts``).
@@ -23,8 +23,9 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Collector
 
-# 64 snapshots, one per 5 s at most: the last five minutes at the sampler's pace, the catalogue's rate window.
+# At most 64 snapshots, none older than five minutes (the catalogue's default rate window).
 MAX_SNAPSHOTS = 64
+MAX_AGE_SECONDS = 300.0
 
 Labels = tuple[tuple[str, str], ...]
 Series = tuple[tuple[str, Labels], ...]  # (sample name, sorted labels) of each value
@@ -47,10 +48,11 @@ class Snapshot:
 
 class Recorder:
     def __init__(self, inner: Collector, names: Iterable[str], spacing: float, size: int = MAX_SNAPSHOTS,
-                 clock: Callable[[], float] = time.time) -> None:
+                 max_age: float = MAX_AGE_SECONDS, clock: Callable[[], float] = time.time) -> None:
         self.inner = inner
         self.names = frozenset(names)
         self.spacing = spacing
+        self.max_age = max_age
         self.collected = threading.Event()  # set after the first collection
         self.last_collection: float | None = None
         self._clock = clock
@@ -69,6 +71,8 @@ class Recorder:
                 if self._ring and self._ring[-1].series == series:
                     series = self._ring[-1].series  # the same series as before: share them
                 self._ring.append(Snapshot(now, series, numbers))
+            while now - self._ring[0].at > self.max_age:
+                self._ring.popleft()
         self.collected.set()
         return families
 
