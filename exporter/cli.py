@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parts.add_arguments(parser)
     logging_group = parser.add_argument_group("logging")
     logging_group.add_argument("--log.level", dest="log_level", default="info", choices=list(logs.LEVELS),
+                               type=str.lower,  # DEBUG as well as debug, as Prometheus accepts
                                help="Only log messages with this severity or above (default: info)")
     logging_group.add_argument("--log.format", dest="log_format", default="logfmt", choices=list(logs.FORMATS),
                                help="Log line format (default: logfmt)")

@@ -61,7 +61,7 @@ def test_a_logfmt_line_has_prometheus_keys_and_fields_as_fields() -> None:
     fields = parse_logfmt(line)
     assert list(fields) == ["time", "level", "source", "msg", "path", "reason", "tries", "empty"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", fields["time"])
-    assert fields["level"] == "warn" and re.fullmatch(r"test_logs\.py:\d+", fields["source"])
+    assert fields["level"] == "WARN" and re.fullmatch(r"test_logs\.py:\d+", fields["source"])
     assert (fields["msg"], fields["path"], fields["reason"], fields["tries"], fields["empty"]) == (
         "socket not usable", "/run/bottleneck exporter/push.sock", 'said "no"', "3", "")
 
@@ -71,7 +71,7 @@ def test_a_json_line_has_the_same_keys_with_numbers_kept() -> None:
     fields = json.loads(line)
     assert list(fields) == ["time", "level", "source", "msg", "gpus", "collectors"]
     assert (fields["level"], fields["msg"], fields["gpus"], fields["collectors"]) == (
-        "info", "exporter ready", 2, "cpu,gpu")
+        "INFO", "exporter ready", 2, "cpu,gpu")
 
 
 def test_an_exception_is_one_quoted_err_field() -> None:
@@ -82,7 +82,7 @@ def test_an_exception_is_one_quoted_err_field() -> None:
             log.exception("collector cpu failed")
 
     fields = parse_logfmt(_line("logfmt", emit))
-    assert fields["level"] == "error" and "ValueError: bad value" in fields["err"]
+    assert fields["level"] == "ERROR" and "ValueError: bad value" in fields["err"]
 
 
 @pytest.mark.live

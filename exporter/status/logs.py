@@ -1,7 +1,7 @@
 """The exporter's log lines: logfmt or JSON on stderr, with the keys and quoting of Prometheus' own logger.
 
-    time=2026-11-30T14:28:01.004Z level=info source=status/__init__.py:99 msg="exporter ready" nvml=ok gpus=2
-    {"time": "2026-11-30T14:28:01.004Z", "level": "info", "source": "status/__init__.py:99", "gpus": 2, ...}
+    time=2026-11-30T14:28:01.004Z level=INFO source=status/__init__.py:99 msg="exporter ready" nvml=ok gpus=2
+    {"time": "2026-11-30T14:28:01.004Z", "level": "INFO", "source": "status/__init__.py:99", "gpus": 2, ...}
 
 Fields are fields, not text in the message: ``log.info("push receiver listening", extra={"socket": path})``.
 Every key of ``extra`` that is not a standard LogRecord attribute becomes a field, in the order given. A logfmt
@@ -25,6 +25,8 @@ FORMATS = ("logfmt", "json")
 # Attributes every LogRecord has; anything else on a record came from ``extra`` and is a field.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# slog's level names, as Prometheus 3 writes them (time=... level=INFO source=main.go:642 msg=...).
+_LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARN", logging.ERROR: "ERROR"}
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -47,7 +49,7 @@ def fields_of(record: logging.LogRecord) -> dict[str, Any]:
     """time, level, source, msg, then the record's extra fields, then err for an exception."""
     fields: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-        "level": "warn" if record.levelno == logging.WARNING else record.levelname.lower(),
+        "level": _LEVEL_NAMES.get(record.levelno, "ERROR" if record.levelno > logging.ERROR else "DEBUG"),
         "source": f"{_source_file(record.pathname)}:{record.lineno}",
         "msg": record.getMessage(),
     }
