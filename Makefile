@@ -24,7 +24,7 @@ venv: $(VENV)/.installed
 run: $(VENV)/.runtime
 	$(VENV)/bin/bottleneck-exporter $(ARGS)
 
-# The exporter on a recorded GPU profile beside a real input-bound CPU training job, then its verdicts (~45 s).
+# The exporter on a recorded GPU profile beside a real input-bound CPU training job, then its verdicts (~35 s).
 demo: venv
 	scripts/demo $(PY)
 
