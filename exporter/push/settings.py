@@ -8,7 +8,9 @@ running::
     bottleneck_push_datagrams_total 5120.0
     bottleneck_train_phase_seconds_total{job="resnet",phase="data_wait",rank="0"} 10.2
 
-Precedence: built-in default < config file < flag. A bad value is a ConfigError naming the flag or key.
+The options (``OPTIONS``, at the end) are registered and resolved as a collector's are: ``Option`` rows, flags
+from ``exporter.config.add_option_flags``, values by ``exporter.config.option_values`` (registered default <
+config file < flag). A bad value is a ConfigError naming the flag, or the file and key.
 """
 
 from __future__ import annotations
