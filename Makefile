@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools run test lint golden generate bench
+.PHONY: venv tools run demo test lint golden generate bench
 
 # The exporter alone: no torch.
 $(VENV)/.runtime: pyproject.toml
@@ -23,6 +23,10 @@ venv: $(VENV)/.installed
 
 run: $(VENV)/.runtime
 	$(VENV)/bin/bottleneck-exporter $(ARGS)
+
+# The exporter on a recorded GPU profile beside a real input-bound CPU training job, then its verdicts (~35 s).
+demo: venv
+	scripts/demo $(PY)
 
 # Debian packages the tests use for real (prometheus, promtool, alertmanager, amtool, ...).
 tools:

@@ -3,150 +3,116 @@
     bottleneck-exporter [flags]            run the exporter (default)
     bottleneck-exporter diagnose [flags]   print bottleneck verdicts (see ``diagnose --help``)
 
-``--[no-]collector.<name>`` and ``--collector.<name>.<option>`` come from each collector's registration.
+The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come
+from each part's registration (``exporter.parts``); this module adds the web and logging flags, runs the parts
+behind the HTTP server, and hands ``diagnose`` its own command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from exporter import __version__
-from exporter.collectors import REGISTRY, Collector, Context
+from exporter import __version__, parts
 from exporter.collectors.orchestrator import Orchestrator
-from exporter.config import ConfigError, collector_settings, load_yaml
+from exporter.config import ConfigError, Parser, load_yaml
+from exporter.parts import build_collectors
+from exporter.status import Status, logs
 from exporter.training.registry import TrainingRegistry
 from exporter.web import parse_listen_address, serve, start_in_thread
 from exporter.webconfig import load_web_config
 
-log = logging.getLogger("exporter")
+log = logging.getLogger(__name__)
 
 # Not taken by a well-known exporter (node 9100, process 9256, dcgm 9400, pushgateway 9091, ...).
 DEFAULT_PORT = 9847
-LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+DEFAULT_STATUS_INTERVAL = 15.0
+
+__all__ = ["DEFAULT_PORT", "build_collectors", "build_parser", "main", "run_exporter"]
+
+_USAGE = """
+  bottleneck-exporter [FLAGS]            run the exporter
+  bottleneck-exporter diagnose [FLAGS]   print bottleneck verdicts"""
+
+_DESCRIPTION = """\
+Exports GPU, CPU, memory, disk, network and training-step metrics that tell why training is slow,
+and shows what it finds on http://HOST:9847/ (a status page with verdicts).
+
+Subcommand: 'bottleneck-exporter diagnose --help' prints verdicts in a terminal."""
+
+_EPILOG = """\
+examples:
+  bottleneck-exporter
+  bottleneck-exporter --web.listen-address=127.0.0.1:9847 --no-collector.gpu
+  bottleneck-exporter --collector.disk.device-exclude='^(loop|ram)\\d+$' --log.format=json
+  bottleneck-exporter --config.file=/etc/bottleneck-exporter/config.yml"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bottleneck-exporter",
-        description="Exports GPU, CPU, memory, disk, network and training-step metrics that tell why "
-        "training is slow. Subcommand: 'diagnose' prints verdicts.",
-    )
-    add = parser.add_argument
-    add("--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}",
-        help="Address to listen on for the web interface and telemetry (default: %(default)s).")
-    add("--web.telemetry-path", dest="telemetry_path", default="/metrics",
-        help="Path under which to expose metrics (default: %(default)s).")
-    add("--web.config.file", dest="web_config_file", default=None,
-        help="Exporter-toolkit web config (TLS, mTLS, basic auth).")
-    add("--web.disable-exporter-metrics", dest="disable_exporter_metrics", action="store_true",
-        help="Exclude the exporter's own process_* and python_* metrics.")
-    add("--config.file", dest="config_file", default=None, help="YAML config file for collector options.")
-    add("--path.procfs", dest="procfs", default="/proc", help="procfs mountpoint (default: %(default)s).")
-    add("--path.sysfs", dest="sysfs", default="/sys", help="sysfs mountpoint (default: %(default)s).")
-    add("--path.rootfs", dest="rootfs", default="/", help="rootfs mountpoint (default: %(default)s).")
-    add("--collector.disable-defaults", dest="disable_defaults", action="store_true",
-        help="Disable all collectors by default; enable them one by one with --collector.<name>.")
-    add("--log.level", dest="log_level", default="info", choices=sorted(LOG_LEVELS),
-        help="Only log messages with this severity or above (default: %(default)s).")
-    add("--log.format", dest="log_format", default="logfmt", choices=["logfmt", "json"],
-        help="Log format (default: %(default)s).")
-    add("--version", action="version", version=f"bottleneck-exporter {__version__}")
-    for reg in sorted(REGISTRY.values(), key=lambda r: r.name):
-        state = "enabled" if reg.default_enabled else "disabled"
-        add(f"--collector.{reg.name}", dest=f"collector_{reg.name}", action=argparse.BooleanOptionalAction,
-            default=None, help=f"{reg.help} (default: {state})")
-        for opt in reg.options:
-            add(f"--collector.{reg.name}.{opt.name}", dest=f"option_{reg.name}_{opt.name}", default=None,
-                metavar="VALUE", help=f"{opt.help} (default: {opt.default!r})")
-    from exporter.push import add_arguments as add_push_arguments
-
-    add_push_arguments(parser)
+    parser = Parser(prog="bottleneck-exporter", usage=_USAGE, description=_DESCRIPTION, epilog=_EPILOG)
+    parser.add_argument("--version", action="version", version=f"bottleneck-exporter {__version__}")
+    web = parser.add_argument_group("web", "The HTTP side: /metrics, the status page on /, /-/healthy, /-/ready.")
+    web.add_argument("--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}", metavar="ADDRESS",
+                     help=f"[host]:port to listen on; :{DEFAULT_PORT} is every address, IPv4 and IPv6 "
+                     f"(default: :{DEFAULT_PORT})")
+    web.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics", metavar="PATH",
+                     help="Path under which to expose metrics (default: /metrics)")
+    web.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
+                     help="Exporter-toolkit web config: TLS, mutual TLS, basic auth (default: plain HTTP, no auth)")
+    web.add_argument("--web.disable-exporter-metrics", dest="disable_exporter_metrics", action="store_true",
+                     help="Leave out the exporter's own process_* and python_* metrics")
+    web.add_argument("--web.status-interval", dest="status_interval", type=_positive_seconds,
+                     default=DEFAULT_STATUS_INTERVAL, metavar="SECONDS",
+                     help="The status page samples the exporter itself when nothing scraped it for this long "
+                     f"(default: {DEFAULT_STATUS_INTERVAL:g})")
+    parts.add_arguments(parser)
+    logging_group = parser.add_argument_group("logging")
+    logging_group.add_argument("--log.level", dest="log_level", default="info", choices=list(logs.LEVELS),
+                               type=str.lower,  # DEBUG as well as debug, as Prometheus accepts
+                               help="Only log messages with this severity or above (default: info)")
+    logging_group.add_argument("--log.format", dest="log_format", default="logfmt", choices=list(logs.FORMATS),
+                               help="Log line format (default: logfmt)")
     return parser
 
 
-def configure_logging(level: str, fmt: str) -> None:
-    class Formatter(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            fields: dict[str, Any] = {
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-                + f".{int(record.msecs):03d}Z",
-                "level": record.levelname.lower().replace("warning", "warn"),
-                "source": record.name,
-                "msg": record.getMessage(),
-            }
-            if record.exc_info:
-                fields["err"] = self.formatException(record.exc_info)
-            if fmt == "json":
-                return json.dumps(fields)
-            return " ".join(f"{k}={json.dumps(v) if (' ' in str(v) or not v) else v}" for k, v in fields.items())
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Formatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(LOG_LEVELS[level])
-
-
-def build_collectors(
-    args: argparse.Namespace, file_config: dict[str, Any], training: TrainingRegistry
-) -> dict[str, Collector]:
-    """Decide which collectors run and with which options: registration default < config file < flags."""
-    enabled_in_file, options_in_file = collector_settings(file_config, REGISTRY)
-    collectors: dict[str, Collector] = {}
-    for name, reg in sorted(REGISTRY.items()):
-        enabled = False if args.disable_defaults else reg.default_enabled
-        enabled = enabled_in_file.get(name, enabled)
-        flag = getattr(args, f"collector_{name}")
-        if flag is not None:
-            enabled = flag
-        options = {opt.name: opt.default for opt in reg.options}
-        options.update(options_in_file.get(name, {}))
-        for opt in reg.options:
-            raw = getattr(args, f"option_{name}_{opt.name}")
-            if raw is not None:
-                try:
-                    options[opt.name] = opt.parse(raw)
-                except ValueError as err:
-                    raise ConfigError(f"--collector.{name}.{opt.name}: {err}") from None
-        if enabled:
-            ctx = Context(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs, options=options,
-                          training=training)
-            collectors[name] = reg.factory(ctx)
-    return collectors
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 15, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text!r}")
+    return value
 
 
 def run_exporter(argv: Sequence[str]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+    args = build_parser().parse_args(argv)
+    logs.configure(args.log_level, args.log_format)
     training = TrainingRegistry()
     try:
-        parse_listen_address(args.listen_address)
-        if not args.telemetry_path.startswith("/") or args.telemetry_path in ("/", "/-/healthy", "/-/ready"):
-            # Otherwise no request would ever match it, or it would hide the landing page or a probe.
+        try:
+            parse_listen_address(args.listen_address)
+        except ValueError as err:
+            raise ConfigError(f"--web.listen-address: {err}") from None
+        if not args.telemetry_path.startswith("/") or args.telemetry_path in (
+                "/", "/-/healthy", "/-/ready", "/status.json"):
+            # Otherwise no request would ever match it, or it would hide the status page or a probe.
             raise ConfigError(f"--web.telemetry-path: expected a path such as /metrics, got "
                               f"{args.telemetry_path!r}")
         file_config = load_yaml(args.config_file) if args.config_file else {}
-        collectors = build_collectors(args, file_config, training)
         web_config = load_web_config(args.web_config_file) if args.web_config_file else None
-        from exporter.push import build_receiver
-
-        receiver = build_receiver(args, file_config, training)
+        running = parts.build_parts(args, file_config, training, args.config_file or "")
     except (ConfigError, ValueError) as err:
-        # Refuse to start: a half-applied config is worse than none. The message names key and problem.
+        # Refuse to start: a half-applied config is worse than none. The message names the flag or file and key.
         print(f"bottleneck-exporter: error: {err}", file=sys.stderr)
         return 2
 
@@ -154,29 +120,30 @@ def run_exporter(argv: Sequence[str]) -> int:
     if not args.disable_exporter_metrics:
         for extra in (ProcessCollector, PlatformCollector, GCCollector):
             extra(registry=registry)
-    registry.register(Orchestrator(collectors))
-    if receiver is not None:
-        registry.register(receiver)
+    status = Status(Orchestrator(running), running, listen_address=args.listen_address,
+                    telemetry_path=args.telemetry_path, interval=args.status_interval)
+    registry.register(status.recorder)
 
     try:
-        server = serve(args.listen_address, registry, args.telemetry_path, web_config)
+        server = serve(args.listen_address, registry, args.telemetry_path, web_config, ready=status.ready,
+                       pages=status.pages())
     except OSError as err:
         print(f"bottleneck-exporter: error: --web.listen-address={args.listen_address}: {err}", file=sys.stderr)
+        parts.stop(running)
         return 2
-    if receiver is not None:
-        receiver.start()
+    parts.start(running)
     start_in_thread(server)
-    log.info("listening on %s%s, collectors: %s", args.listen_address, args.telemetry_path,
-             ", ".join(collectors) or "none")
+    status.start()
+    log.info("listening", extra={"address": args.listen_address, "telemetry_path": args.telemetry_path})
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     log.info("shutting down")
+    status.stop()
     server.shutdown()
-    if receiver is not None:
-        receiver.stop()
+    parts.stop(running)
     return 0
 
 

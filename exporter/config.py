@@ -1,4 +1,4 @@
-"""The YAML config file (``--config.file``): what flags express poorly, validated key by key.
+"""Options: the YAML config file (``--config.file``), the flags, and the one precedence between them.
 
     collectors:
       disk:
@@ -7,17 +7,24 @@
       gpu:
         enabled: false
 
-Every error names the key path and the problem: ``collectors.disk.device-exclude: not a valid regular
-expression``. Flags given on the command line win over the file.
+Every error names the file, the key path and the problem: ``config.yml: collectors.disk.device-exclude: not a
+valid regular expression``, or the flag: ``--push.max-jobs: expected a positive whole number``. Every registered
+option (a collector's, the push receiver's) is resolved by ``option_values``: its registered default < the
+config file < its flag. ``Parser`` is the command line both ``bottleneck-exporter`` and ``diagnose`` use: no
+abbreviated flags, a close-match suggestion for a misspelled one, defaults shown as a user would type them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn
 
 import yaml
 
-from exporter.collectors.base import Registration, parse_bool
+from exporter.collectors.base import Option, Registration, parse_bool
 
 
 class ConfigError(ValueError):
@@ -44,37 +51,148 @@ KNOWN_SECTIONS = ("collectors", "push")
 
 
 def collector_settings(
-    data: dict[str, Any], registry: dict[str, Registration]
+    data: dict[str, Any], registry: dict[str, Registration], source: str = ""
 ) -> tuple[dict[str, bool], dict[str, dict[str, Any]]]:
-    """Validate ``collectors:`` and return ({name: enabled}, {name: {option: parsed value}})."""
+    """Validate ``collectors:`` and return ({name: enabled}, {name: {option: value as written}}); the values
+    are parsed by ``option_values``. ``source`` (the file's path) prefixes every error."""
+    at = f"{source}: " if source else ""
     for key in data:
         if key not in KNOWN_SECTIONS:
-            raise ConfigError(f"{key}: unknown top-level key (known: {', '.join(KNOWN_SECTIONS)})")
+            raise ConfigError(f"{at}{key}: unknown top-level key (known: {', '.join(KNOWN_SECTIONS)})"
+                              f"{did_you_mean(str(key), KNOWN_SECTIONS)}")
     section = data.get("collectors") or {}
     if not isinstance(section, dict):
-        raise ConfigError("collectors: must be a mapping of collector name to settings")
+        raise ConfigError(f"{at}collectors: must be a mapping of collector name to settings")
+    check_keys(section, registry, f"{at}collectors", "collector")
     enabled: dict[str, bool] = {}
     options: dict[str, dict[str, Any]] = {}
     for name, settings in section.items():
-        if name not in registry:
-            raise ConfigError(f"collectors.{name}: unknown collector (known: {', '.join(sorted(registry))})")
         if settings is None:
             settings = {}
         if not isinstance(settings, dict):
-            raise ConfigError(f"collectors.{name}: must be a mapping")
-        known = {opt.name: opt for opt in registry[name].options}
-        for key, value in settings.items():
-            where = f"collectors.{name}.{key}"
+            raise ConfigError(f"{at}collectors.{name}: must be a mapping")
+        check_keys(settings, ["enabled", *(opt.name for opt in registry[name].options)], f"{at}collectors.{name}",
+                   "option")
+        if "enabled" in settings:
             try:
-                if key == "enabled":
-                    enabled[name] = parse_bool(value)
-                elif key in known:
-                    options.setdefault(name, {})[key] = known[key].parse(value)
-                else:
-                    listed = ", ".join(["enabled", *sorted(known)])
-                    raise ConfigError(f"{where}: unknown option (known: {listed})")
+                enabled[name] = parse_bool(settings["enabled"])
             except ValueError as err:
-                if isinstance(err, ConfigError):
-                    raise
-                raise ConfigError(f"{where}: {err}") from None
+                raise ConfigError(f"{at}collectors.{name}.enabled: {err}") from None
+        options[name] = {key: value for key, value in settings.items() if key != "enabled"}
     return enabled, options
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'gpu'?"`` for the closest of ``choices``, or "" when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def as_typed(value: Any) -> str | None:
+    """A default as a user would type it (``true``, ``10m``, ``0660``); None when there is nothing to show."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def option_dest(dest_prefix: str, option: Option) -> str:
+    return f"{dest_prefix}_{option.name.replace('-', '_')}"
+
+
+def add_option_flags(group: argparse._ActionsContainer, options: Sequence[Option], flag_prefix: str,
+                     dest_prefix: str) -> None:
+    """``--<flag_prefix>.<option>`` for each option. Defaults stay None here, so that the resolution can tell
+    "given on the command line" from "not given" (the config file wins over a default, a flag over both)."""
+    for option in options:
+        flag, dest = f"--{flag_prefix}.{option.name}", option_dest(dest_prefix, option)
+        shown = None if option.switch else as_typed(option.default)
+        text = option.help + (f" (default: {shown})" if shown else "")
+        text = text.replace("%", "%%")  # argparse %-formats help strings
+        if option.switch:
+            group.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
+        else:
+            group.add_argument(flag, dest=dest, default=None, metavar="VALUE", help=text)
+
+
+def check_keys(section: Mapping[str, Any], known: Iterable[str], where: str, what: str = "setting") -> None:
+    """Refuse a key of ``section`` that is not in ``known``, naming it and the closest known key."""
+    known = list(known)
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown {what} (known: {', '.join(sorted(known))})"
+                              f"{did_you_mean(str(key), known)}")
+
+
+def option_values(options: Sequence[Option], section: Mapping[str, Any], where: str, args: argparse.Namespace,
+                  flag_prefix: str, dest_prefix: str) -> tuple[dict[str, Any], set[str]]:
+    """Each option's parsed value, by one precedence: registered default < ``section`` (the config file's
+    ``where``) < ``--<flag_prefix>.<option>``. Returns (values, names given in the file or by a flag); raises
+    ConfigError naming the flag, or the file and key."""
+    values: dict[str, Any] = {}
+    given: set[str] = set()
+    for option in options:
+        raw, origin = option.default, f"--{flag_prefix}.{option.name} (its default)"
+        if option.name in section:
+            raw, origin = section[option.name], f"{where}.{option.name}"
+            given.add(option.name)
+        flag = getattr(args, option_dest(dest_prefix, option), None)
+        if flag is not None:
+            raw, origin = flag, f"--{flag_prefix}.{option.name}"
+            given.add(option.name)
+        if raw is None or (option.name not in given and not isinstance(raw, str)):
+            values[option.name] = raw  # a typed default needs no parsing; None means "off"
+            continue
+        try:
+            values[option.name] = option.parse(raw)
+        except ValueError as err:
+            raise ConfigError(f"{origin}: {err}") from None
+    return values, given
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs keep their line breaks (examples stay examples); flags get a wider column."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=40, width=110)
+
+
+class Parser(argparse.ArgumentParser):
+    """No abbreviated flags (``--web.listen`` is not ``--web.listen-address``: a later flag could make it
+    ambiguous), and an error names the flag with the closest known one instead of printing the whole usage."""
+
+    def __init__(self, *args: Any, suggest: Sequence[str] = (), **kwargs: Any) -> None:
+        """``suggest``: flags of a companion parser a misspelling may also be close to."""
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.suggest = list(suggest)
+
+    def flags(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings]
+
+    def error(self, message: str) -> NoReturn:
+        lines = [f"{self.prog}: error: {message}"]
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        for word in unknown.group(1).split() if unknown else ():
+            name = word.split("=", 1)[0]
+            if name.startswith("-"):
+                close = difflib.get_close_matches(name, self.flags() + self.suggest, n=1, cutoff=0.6)
+                lines.append(f"  {name}: unknown flag" + (f"; did you mean {close[0]}?" if close else ""))
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            choices = re.findall(r"'([^']*)'", choice.group(2))
+            hint = did_you_mean(choice.group(1), choices)
+            if hint:
+                lines.append(f"  {hint[2:]}")
+        lines.append(f"Run '{self.prog} --help' to list every flag.")
+        self.exit(2, "\n".join(lines) + "\n")

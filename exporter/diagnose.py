@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
+from exporter.config import Parser
 from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse
@@ -218,31 +219,29 @@ class InProcessSource:
     def __init__(self, exporter_args: Sequence[str]) -> None:
         from prometheus_client import CollectorRegistry
 
-        from exporter.cli import build_collectors, build_parser
         from exporter.collectors.orchestrator import Orchestrator
         from exporter.config import load_yaml
-        from exporter.push import build_receiver
+        from exporter.parts import build_parts
         from exporter.training.registry import TrainingRegistry
 
-        args = build_parser().parse_args(list(exporter_args))
+        args = exporter_parser().parse_args(list(exporter_args))
         file_config = load_yaml(args.config_file) if args.config_file else {}
-        training = TrainingRegistry()
+        self.parts = build_parts(args, file_config, TrainingRegistry(), args.config_file or "")
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(Orchestrator(build_collectors(args, file_config, training)))
-        self.receiver = build_receiver(args, file_config, training)
-        if self.receiver is not None:
-            self.registry.register(self.receiver)
+        self.registry.register(Orchestrator(self.parts))
 
     def describe(self) -> str:
         return "this node (collectors and push receiver in this process)"
 
     def start(self) -> None:
-        if self.receiver is not None:
-            self.receiver.start()
+        from exporter.parts import start
+
+        start(self.parts)
 
     def stop(self) -> None:
-        if self.receiver is not None:
-            self.receiver.stop()
+        from exporter.parts import stop
+
+        stop(self.parts)
 
     def samples(self) -> list[Sample]:
         return [(s.name, dict(s.labels), float(s.value)) for family in self.registry.collect() for s in family.samples]
@@ -345,32 +344,53 @@ def render_json(report: Report, min_severity: str = "info") -> str:
 # ---------------------------------------------------------------------------------------------- command line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+_EXAMPLES = """\
+examples:
+  bottleneck-exporter diagnose --prometheus.url=http://prometheus:9090
+  bottleneck-exporter diagnose --window=60          # this node: the running exporter, else in-process
+  bottleneck-exporter diagnose --severity=critical --json
+  bottleneck-exporter diagnose --set data_wait_ratio=0.3 --window=30 --no-collector.gpu
+
+Standalone without a running exporter, the exporter's own flags (--path.procfs, --no-collector.gpu,
+--push.socket, ...; see bottleneck-exporter --help) configure the collectors sampled in this process.
+
+exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 Prometheus or the exporter
+unreachable, 4 internal error."""
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="bottleneck-exporter diagnose",
-        description="Print bottleneck verdicts with their evidence and advice, per node and training job. "
-        "Exit status: 0 no critical verdict, 1 a critical verdict, 2 usage error, 3 unreachable, "
-        "4 internal error.",
-        epilog="Standalone, any other flag goes to the in-process exporter (e.g. --path.procfs, "
-        "--no-collector.gpu, --push.socket).",
+        description="Print bottleneck verdicts with their evidence and advice, per node and training job.",
+        epilog=_EXAMPLES,
     )
     add = parser.add_argument
     add("--prometheus.url", dest="prometheus_url", metavar="URL",
         help="evaluate the rules with this Prometheus (e.g. http://prometheus:9090)")
     add("--prometheus.timeout", dest="timeout", type=float, default=30.0, metavar="SECONDS",
-        help="per-query timeout (default: %(default)s)")
+        help="per-query timeout (default: 30)")
     add("--exporter.url", dest="exporter_url", metavar="URL",
         help=f"standalone: sample this running exporter (default: {DEFAULT_EXPORTER_URL} when it answers, "
         "else the collectors and push receiver in this process)")
     add("--window", type=float, default=60.0, metavar="SECONDS",
-        help="standalone: how long to sample (default: %(default)s)")
+        help="standalone: how long to sample (default: 60)")
     add("--interval", type=float, default=5.0, metavar="SECONDS",
-        help="standalone: seconds between samples (default: %(default)s)")
+        help="standalone: seconds between samples (default: 5)")
     add("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
         help="override a rule parameter, e.g. --set data_wait_ratio=0.3 (see docs/runbook.md#parameters)")
     add("--severity", choices=list(reversed(SEVERITIES)), default="info",
-        help="show verdicts of this severity and above (default: %(default)s)")
+        help="show verdicts of this severity and above (default: info)")
     add("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def exporter_parser() -> Parser:
+    """The exporter's part flags, for the collectors and push receiver diagnose runs in-process; a misspelled
+    flag is matched against diagnose's own flags as well."""
+    from exporter.parts import add_arguments
+
+    parser = Parser(prog="bottleneck-exporter diagnose", add_help=False, suggest=build_parser().flags())
+    add_arguments(parser)
     return parser
 
 
@@ -417,6 +437,8 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        if args.prometheus_url is None and rest:
+            exporter_parser().parse_args(rest)  # a misspelled flag stops here, before any sampling
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:

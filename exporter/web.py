@@ -12,7 +12,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -62,8 +62,12 @@ def serve(
     telemetry_path: str = "/metrics",
     web_config: WebConfig | None = None,
     ready: Callable[[], bool] = lambda: True,
+    pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None,
 ) -> ThreadingHTTPServer:
-    """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``)."""
+    """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``).
+
+    ``pages``: path → a function returning (body, content type), e.g. the status page on ``/``."""
+    routes = dict(pages or {})
     web = web_config or WebConfig()
     host, port = parse_listen_address(address)
 
@@ -110,6 +114,8 @@ def serve(
                 if "gzip" in self.headers.get("Accept-Encoding", ""):
                     return self._send(200, gzip.compress(body, compresslevel=1), content_type, gzipped=True)
                 return self._send(200, body, content_type)
+            if path in routes:
+                return self._send(200, *routes[path]())
             if path == "/":
                 return self._send(200, _landing_page(telemetry_path), "text/html; charset=utf-8")
             return self._send(404, b"Not found.\n", "text/plain; charset=utf-8")

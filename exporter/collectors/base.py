@@ -29,8 +29,11 @@ class Option:
     name: str
     default: Any
     help: str
-    # Parses a command-line / YAML value; raises ValueError with a readable message.
+    # Parses a command-line / YAML value; raises ValueError with a readable message. A default given as a
+    # string goes through it too, so that it can be written (and shown in --help) as a user would type it.
     parse: Callable[[Any], Any] = str
+    # A flag without a value (``--push.disable``) rather than ``--<prefix>.<name>=VALUE``; YAML takes true/false.
+    switch: bool = False
 
 
 @dataclasses.dataclass

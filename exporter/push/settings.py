@@ -8,7 +8,9 @@ running::
     bottleneck_push_datagrams_total 5120.0
     bottleneck_train_phase_seconds_total{job="resnet",phase="data_wait",rank="0"} 10.2
 
-Precedence: built-in default < config file < flag. A bad value is a ConfigError naming the flag or key.
+The options (``OPTIONS``, at the end) are registered and resolved as a collector's are: ``Option`` rows, flags
+from ``exporter.config.add_option_flags``, values by ``exporter.config.option_values`` (registered default <
+config file < flag). A bad value is a ConfigError naming the flag, or the file and key.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any
 
-from exporter.config import ConfigError
+from exporter.collectors.base import Option, parse_bool, parse_positive_int
+from exporter.config import ConfigError, add_option_flags, check_keys, option_values
 from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
 from exporter.training.registry import TrainingRegistry
 
@@ -30,62 +33,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# (flag / YAML key, argparse dest, default, help). Defaults are applied after the YAML file is read, so that
-# "given on the command line" stays distinguishable from "default".
-_SETTINGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("socket", "push_socket", DEFAULT_SOCKET,
-     "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "
-     "falls back to $XDG_RUNTIME_DIR/bottleneck-exporter/ then /tmp/bottleneck-exporter-<uid>/"),
-    ("socket-mode", "push_socket_mode", 0o660, "Octal permissions of the socket file"),
-    ("socket-group", "push_socket_group", None, "Group owning the socket file (its members may push)"),
-    ("listen-udp", "push_listen_udp", None, "Also listen on this loopback HOST:PORT for UDP datagrams (off)"),
-    ("allow-non-loopback", "push_allow_non_loopback", False,
-     "Allow a non-loopback --push.listen-udp address (anyone who reaches it can push)"),
-    ("disable", "push_disable", False, "Run without the push receiver"),
-    ("job-expiry", "push_job_expiry", 600.0,
-     "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
-     "process still runs (a hung trainer stays visible until it exits)"),
-    ("max-jobs", "push_max_jobs", 32, "Training jobs tracked at once; more are counted and dropped"),
-    ("max-ranks-per-job", "push_max_ranks", 64, "Ranks tracked per job; more are counted and dropped"),
-)
-_BOOLEAN = {"allow-non-loopback", "disable"}
+
+def add_arguments(parser: argparse._ActionsContainer) -> None:
+    """Add ``--push.*`` flags from ``OPTIONS``."""
+    add_option_flags(parser, OPTIONS, "push", "push")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--push.*`` flags."""
-    for key, dest, default, help_text in _SETTINGS:
-        shown = oct(default) if key == "socket-mode" else ("10m" if key == "job-expiry" else default)
-        if key in _BOOLEAN:
-            parser.add_argument(f"--push.{key}", dest=dest, action="store_true", default=None,
-                                help=f"{help_text}.")
-        else:
-            parser.add_argument(f"--push.{key}", dest=dest, default=None, metavar="VALUE",
-                                help=f"{help_text} (default: {shown}).")
-
-
-def settings(args: argparse.Namespace, file_config: dict[str, Any]) -> dict[str, Any]:
-    """Parsed settings {key: value}; raises ConfigError naming the flag or YAML key."""
+def settings(args: argparse.Namespace, file_config: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """Parsed settings {key: value}; raises ConfigError naming the flag, or the file (``source``) and key."""
+    at = f"{source}: " if source else ""
     section = file_config.get("push") or {}
     if not isinstance(section, dict):
-        raise ConfigError("push: must be a mapping of setting to value")
-    known = {key for key, *_ in _SETTINGS}
-    for key in section:
-        if key not in known:
-            raise ConfigError(f"push.{key}: unknown setting (known: {', '.join(sorted(known))})")
-    parsed: dict[str, Any] = {"socket_given": False}
-    for key, dest, default, _ in _SETTINGS:
-        raw, where = default, None
-        if key in section:
-            raw, where = section[key], f"push.{key}"
-        flag = getattr(args, dest, None)
-        if flag is not None:
-            raw, where = flag, f"--push.{key}"
-        if where is not None and key == "socket":
-            parsed["socket_given"] = True
-        try:
-            parsed[key] = _PARSERS[key](raw) if where is not None else default
-        except ValueError as err:
-            raise ConfigError(f"{where}: {err}") from None
+        raise ConfigError(f"{at}push: must be a mapping of setting to value")
+    check_keys(section, (option.name for option in OPTIONS), f"{at}push")
+    parsed, given = option_values(OPTIONS, section, f"{at}push", args, "push", "push")
+    parsed["socket_given"] = "socket" in given
     if parsed["listen-udp"] is not None and not parsed["allow-non-loopback"]:
         host = parsed["listen-udp"][0]
         if not ipaddress.ip_address(host).is_loopback:
@@ -95,9 +57,9 @@ def settings(args: argparse.Namespace, file_config: dict[str, Any]) -> dict[str,
 
 
 def build_receiver(args: argparse.Namespace, file_config: dict[str, Any],
-                   training: TrainingRegistry) -> PushReceiver | None:
+                   training: TrainingRegistry, source: str = "") -> PushReceiver | None:
     """A bound, not yet started receiver, or None with --push.disable or when no socket could be bound."""
-    conf = settings(args, file_config)
+    conf = settings(args, file_config, source)
     if conf["disable"]:
         log.info("push receiver disabled (--push.disable)")
         return None
@@ -203,12 +165,6 @@ def _parse_udp(value: Any) -> tuple[str, int]:
     return host, port
 
 
-def _parse_bool(value: Any) -> bool:
-    from exporter.collectors.base import parse_bool
-
-    return parse_bool(value)
-
-
 def _parse_duration(value: Any) -> float:
     text = str(value).strip()
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", text)
@@ -220,20 +176,27 @@ def _parse_duration(value: Any) -> float:
     return seconds
 
 
-def _parse_count(value: Any) -> int:
-    from exporter.collectors.base import parse_positive_int
-
-    return parse_positive_int(value)
-
-
-_PARSERS = {
-    "socket": _parse_path,
-    "socket-mode": _parse_mode,
-    "socket-group": _parse_group,
-    "listen-udp": _parse_udp,
-    "allow-non-loopback": _parse_bool,
-    "disable": _parse_bool,
-    "job-expiry": _parse_duration,
-    "max-jobs": _parse_count,
-    "max-ranks-per-job": _parse_count,
-}
+# The push receiver's options, registered like a collector's (``exporter.collectors.base.Option``) and resolved
+# by the same precedence (``exporter.config.option_values``): flags ``--push.<name>``, YAML ``push.<name>``.
+OPTIONS: tuple[Option, ...] = (
+    Option("socket", DEFAULT_SOCKET,
+           "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "
+           "falls back to $XDG_RUNTIME_DIR/bottleneck-exporter/ then /tmp/bottleneck-exporter-<uid>/",
+           parse=_parse_path),
+    Option("socket-mode", "0660", "Octal permissions of the socket file", parse=_parse_mode),
+    Option("socket-group", None, "Group owning the socket file (its members may push; default: the "
+           "exporter's group)", parse=_parse_group),
+    Option("listen-udp", None, "Also listen on this loopback HOST:PORT for UDP datagrams (default: off)",
+           parse=_parse_udp),
+    Option("allow-non-loopback", False,
+           "Allow a non-loopback --push.listen-udp address (anyone who reaches it can push)", parse=parse_bool,
+           switch=True),
+    Option("disable", False, "Run without the push receiver", parse=parse_bool, switch=True),
+    Option("job-expiry", "10m",
+           "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
+           "process still runs (a hung trainer stays visible until it exits)",
+           parse=_parse_duration),
+    Option("max-jobs", 32, "Training jobs tracked at once; more are counted and dropped", parse=parse_positive_int),
+    Option("max-ranks-per-job", 64, "Ranks tracked per job; more are counted and dropped",
+           parse=parse_positive_int),
+)

@@ -1,0 +1,110 @@
+"""The daemon's parts: every registered collector and the push receiver, built from their options.
+
+A part's flags and YAML keys come from its registration: a collector's from ``@register`` in
+``exporter/collectors`` (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``collectors.<name>``),
+the push receiver's from ``exporter.push.settings.OPTIONS`` (``--push.<option>``, ``push.<option>``). Every
+option takes its value by one precedence, ``exporter.config.option_values``: registered default < config file <
+flag. The exporter (``exporter.cli``) and ``diagnose`` standalone build the same parts from the same flags.
+
+The orchestrator runs every part on each collection and reports it, the push receiver included::
+
+    bottleneck_scrape_collector_success{collector="push"} 1.0
+    bottleneck_scrape_collector_duration_seconds{collector="push"} 0.0004
+
+so an exception in the receiver's exposition costs its own series, not the scrape. A part with ``start()`` and
+``stop()`` (the receiver's socket thread) starts and stops with the daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from exporter.collectors import REGISTRY, Collector, Context
+from exporter.config import add_option_flags, collector_settings, option_values
+from exporter.push import add_arguments as add_push_arguments
+from exporter.push import build_receiver
+from exporter.training.registry import TrainingRegistry
+
+PUSH = "push"
+
+
+@runtime_checkable
+class Service(Protocol):
+    """A part that runs beside the collections (a socket thread): started after the HTTP server binds."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``paths``, ``collectors`` and ``push`` groups of flags."""
+    paths = parser.add_argument_group("paths", "Where the host's files and the config file are.")
+    paths.add_argument("--path.procfs", dest="procfs", default="/proc", metavar="PATH",
+                       help="procfs mountpoint (default: /proc)")
+    paths.add_argument("--path.sysfs", dest="sysfs", default="/sys", metavar="PATH",
+                       help="sysfs mountpoint (default: /sys)")
+    paths.add_argument("--path.rootfs", dest="rootfs", default="/", metavar="PATH",
+                       help="rootfs mountpoint (default: /)")
+    paths.add_argument("--config.file", dest="config_file", default=None, metavar="FILE",
+                       help="YAML file with collector and push options (collectors: and push:); flags win over it")
+
+    collectors = parser.add_argument_group(
+        "collectors", "--[no-]collector.<name> turns a collector on or off; --collector.<name>.<option>=VALUE sets "
+        "one of its\noptions (in --config.file: collectors.<name>.<option>).")
+    collectors.add_argument("--collector.disable-defaults", dest="disable_defaults", action="store_true",
+                            help="Turn every collector off unless named with --collector.<name>")
+    for reg in sorted(REGISTRY.values(), key=lambda r: r.name):
+        collectors.add_argument(f"--collector.{reg.name}", dest=f"collector_{reg.name}",
+                                action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{reg.help} (default: {'on' if reg.default_enabled else 'off'})")
+        add_option_flags(collectors, reg.options, f"collector.{reg.name}", f"collector_{reg.name}")
+
+    push = parser.add_argument_group(
+        "push", "The receiver of the training hook's per-step timings (in --config.file: push.<option>).")
+    add_push_arguments(push)
+
+
+def build_collectors(args: argparse.Namespace, file_config: dict[str, Any], training: TrainingRegistry,
+                     source: str = "") -> dict[str, Collector]:
+    """The enabled collectors, each with its options; ``source`` (the config file) is named in errors."""
+    enabled_in_file, sections = collector_settings(file_config, REGISTRY, source)
+    at = f"{source}: " if source else ""
+    collectors: dict[str, Collector] = {}
+    for name, reg in sorted(REGISTRY.items()):
+        enabled = False if args.disable_defaults else reg.default_enabled
+        enabled = enabled_in_file.get(name, enabled)
+        flag = getattr(args, f"collector_{name}")
+        if flag is not None:
+            enabled = flag
+        options, _ = option_values(reg.options, sections.get(name, {}), f"{at}collectors.{name}", args,
+                                   f"collector.{name}", f"collector_{name}")
+        if enabled:
+            ctx = Context(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs, options=options,
+                          training=training)
+            collectors[name] = reg.factory(ctx)
+    return collectors
+
+
+def build_parts(args: argparse.Namespace, file_config: dict[str, Any], training: TrainingRegistry,
+                source: str = "") -> dict[str, Collector]:
+    """Every enabled part by name: the collectors, and ``push`` when the receiver is on and bound a socket."""
+    parts = build_collectors(args, file_config, training, source)
+    receiver = build_receiver(args, file_config, training, source)
+    if receiver is not None:
+        parts[PUSH] = receiver
+    return parts
+
+
+def start(parts: Mapping[str, Collector]) -> None:
+    for part in parts.values():
+        if isinstance(part, Service):
+            part.start()
+
+
+def stop(parts: Mapping[str, Collector]) -> None:
+    for part in reversed(list(parts.values())):
+        if isinstance(part, Service):
+            part.stop()

@@ -1,0 +1,109 @@
+"""What the running exporter says about itself: the status page, its JSON twin, readiness, the startup line.
+
+Modules: ``recorder`` (the bounded ring of its own recent collections), ``verdicts`` (the catalogue's rules
+over that ring, evaluated on request), ``model`` (the page's data, served as ``/status.json``), ``page`` (the
+HTML on ``/``), ``logs`` (logfmt and JSON log lines).
+
+``Status`` ties them to the daemon: a sampler thread collects when nothing scraped for ``interval`` seconds
+(so the page has recent samples on a node Prometheus does not scrape, and costs nothing extra on one it does),
+``ready()`` holds ``/-/ready`` at 503 until the first collection (the parts, the push socket among them, are
+started before it), and one log line says what the exporter found.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from exporter import __version__
+from exporter.collectors.base import Collector
+from exporter.status import model, page
+from exporter.status.recorder import Recorder
+from exporter.status.verdicts import Verdicts, catalogue_names, evaluate
+
+log = logging.getLogger(__name__)
+
+Page = Callable[[], tuple[bytes, str]]
+
+
+class Status:
+    def __init__(self, orchestrator: Collector, parts: Mapping[str, Collector], *, listen_address: str,
+                 telemetry_path: str, interval: float) -> None:
+        self.parts = parts
+        self.interval = interval
+        # At most one snapshot per third of the interval: a fast scraper does not shorten the recorded span.
+        self.recorder = Recorder(orchestrator, catalogue_names() | model.PAGE_NAMES, spacing=interval / 3)
+        self.facts: dict[str, Any] = {"version": __version__, "instance": socket.gethostname(),
+                                      "listen_address": listen_address, "telemetry_path": telemetry_path,
+                                      "started_at": time.time()}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # The last verdicts and the ring they were computed over: a reload between two snapshots (or a second
+        # browser tab) does not evaluate the catalogue again.
+        self._verdicts: tuple[tuple[float, float, int], Verdicts] | None = None
+        self._verdicts_lock = threading.Lock()
+
+    def ready(self) -> bool:
+        return self.recorder.collected.is_set()
+
+    def pages(self) -> dict[str, Page]:
+        return {"/": self.html, "/status.json": self.json}
+
+    def data(self) -> dict[str, Any]:
+        snapshots = self.recorder.snapshots()
+        key = (snapshots[0].at, snapshots[-1].at, len(snapshots)) if snapshots else (0.0, 0.0, 0)
+        with self._verdicts_lock:
+            if self._verdicts is None or self._verdicts[0] != key:
+                self._verdicts = key, evaluate(snapshots, str(self.facts["instance"]))
+            verdicts = self._verdicts[1]
+        return model.build(snapshots, self.parts, {**self.facts, "ready": self.ready()}, verdicts=verdicts)
+
+    def html(self) -> tuple[bytes, str]:
+        return page.render(self.data()), "text/html; charset=utf-8"
+
+    def json(self) -> tuple[bytes, str]:
+        return json.dumps(self.data(), indent=2).encode() + b"\n", "application/json"
+
+    def start(self) -> None:
+        """Start the sampler; call after the parts started (the push receiver listens before readiness)."""
+        self._thread = threading.Thread(target=self._run, name="status-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        first = True
+        while not self._stop.is_set():
+            try:
+                self.recorder.collect_if_idle(self.interval)
+                if first:
+                    first = False
+                    self._log_found()
+            except Exception:  # the sampler must outlive a bug in one collection
+                log.exception("status sampler: collection failed")
+            self._stop.wait(self.interval / 3)
+
+    def _log_found(self) -> None:
+        found = self.data()
+        gpu, push = found["gpu"], found["push"]
+        failed = [c["name"] for c in found["collectors"] if not c["success"]]
+        fields: dict[str, Any] = {
+            "listen": self.facts["listen_address"],
+            "nvml": {"ok": "ok", "degraded": "ok"}.get(gpu["state"], gpu["state"]),
+            "gpus": len(gpu["gpus"]),
+            "push_socket": push.get("unix_socket") or "none",
+        }
+        if push.get("udp"):
+            fields["push_udp"] = push["udp"]
+        fields["collectors"] = [name for name in self.parts if name != "push"]
+        if failed:
+            fields["failed"] = failed
+        log.info("exporter ready", extra=fields)

@@ -1,0 +1,218 @@
+"""The command line as a new user meets it: grouped --help with defaults as typed, no abbreviations, a close
+match for a misspelled flag or collector, errors naming the flag or the file and key; the import graph."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import build_parser
+from exporter.collectors import REGISTRY
+from tests.conftest import ROOT
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+
+
+def _groups(help_text: str) -> dict[str, str]:
+    """Help text per group heading (a line ending in ':' at column 0)."""
+    groups: dict[str, str] = {}
+    current = ""
+    for line in help_text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            current = line[:-1]
+            groups[current] = ""
+        elif current:
+            groups[current] += line + "\n"
+    return groups
+
+
+def test_help_groups_the_flags_by_what_they_configure() -> None:
+    groups = _groups(build_parser().format_help())
+    expected = {"web": "--web.listen-address", "collectors": "--collector.gpu.profile", "push": "--push.socket",
+                "logging": "--log.format", "paths": "--path.procfs"}
+    for group, flag in expected.items():
+        assert flag in groups.get(group, ""), f"{flag} not under {group}: {list(groups)}"
+    assert "--push.socket" not in groups["collectors"] and "--log.level" not in groups["web"]
+
+
+def test_help_prints_defaults_as_a_user_would_type_them() -> None:
+    text = build_parser().format_help()
+    for shown in ("(default: 0660)", "(default: 10m)", "(default: :9847)", "(default: on)", "(default: 32)",
+                  r"(default: ^(z?ram|loop|fd|sr)\d+$)"):
+        assert shown in " ".join(text.split()), shown
+    for python_value in ("0o", "None", "\\\\", "(default: '", "(default: False)", "(default: True)", "600.0"):
+        assert python_value not in text, python_value
+
+
+def test_an_abbreviated_flag_is_refused_and_the_full_one_suggested() -> None:
+    result = _run("--web.listen=127.0.0.1:1")
+    assert result.returncode == 2
+    assert "--web.listen: unknown flag; did you mean --web.listen-address?" in result.stderr
+    assert len(result.stderr.splitlines()) <= 4, "the whole usage was printed: " + result.stderr
+
+
+@pytest.mark.parametrize(("flag", "suggested"), [
+    ("--no-collector.gpuu", "--no-collector.gpu"),
+    ("--collector.trainig", "--collector.training"),
+    ("--collector.disk.device-exlude=x", "--collector.disk.device-exclude"),
+    ("--push.max-job=3", "--push.max-jobs"),
+])
+def test_a_misspelled_flag_gets_the_closest_one(flag: str, suggested: str) -> None:
+    result = _run(flag)
+    assert result.returncode == 2 and f"did you mean {suggested}?" in result.stderr, result.stderr
+
+
+def test_an_invalid_choice_gets_the_closest_one() -> None:
+    result = _run("--log.level=warning")
+    assert result.returncode == 2 and "--log.level" in result.stderr and "did you mean 'warn'?" in result.stderr
+
+
+@pytest.mark.parametrize(("content", "names"), [
+    ("collectors:\n  gpuu: {}\n", f"collectors.gpuu: unknown collector (known: {', '.join(sorted(REGISTRY))}); "
+                                  "did you mean 'gpu'?"),
+    ("collectors:\n  disk:\n    device-exclude: '('\n", "collectors.disk.device-exclude: not a valid regular"),
+    ("collectors:\n  gpu:\n    max-processes: 0\n", "collectors.gpu.max-processes: expected a positive"),
+    ("push:\n  max-job: 3\n", "push.max-job: unknown setting"),
+    ("push:\n  job-expiry: soon\n", "push.job-expiry: expected a duration"),
+    ("colectors: {}\n", "colectors: unknown top-level key (known: collectors, push); did you mean 'collectors'?"),
+])
+def test_a_config_file_error_names_the_file_and_the_key(tmp_path: Path, content: str, names: str) -> None:
+    config = tmp_path / "exporter.yml"
+    config.write_text(content)
+    result = _run(f"--config.file={config}", "--web.listen-address=127.0.0.1:0")
+    assert result.returncode == 2
+    assert f"bottleneck-exporter: error: {config}: {names}" in result.stderr, result.stderr
+
+
+def test_a_bad_flag_value_names_the_flag() -> None:
+    result = _run("--collector.gpu.max-processes=0", "--web.listen-address=127.0.0.1:0")
+    assert result.returncode == 2
+    assert "error: --collector.gpu.max-processes: expected a positive whole number, got '0'" in result.stderr
+
+
+def test_diagnose_help_shows_examples() -> None:
+    result = _run("diagnose", "--help")
+    assert result.returncode == 0
+    assert "examples:" in result.stdout
+    assert "bottleneck-exporter diagnose --prometheus.url=http://prometheus:9090" in result.stdout
+    assert "(default: 60)" in result.stdout and "60.0" not in result.stdout
+
+
+def test_a_misspelled_diagnose_flag_gets_diagnose_s_own_flag() -> None:
+    result = _run("diagnose", "--windw=5")
+    assert result.returncode == 2 and "did you mean --window?" in result.stderr, result.stderr
+    result = _run("diagnose", "--no-collector.cpuu", "--window=1")
+    assert result.returncode == 2 and "did you mean --no-collector.cpu?" in result.stderr, result.stderr
+
+
+# -- the import graph -------------------------------------------------------------------------------------------------
+def _imports(path: Path, module: str) -> set[str]:
+    """Every exporter module ``path`` imports, at the top or inside a function, TYPE_CHECKING blocks aside."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(block.test) for stmt in block.body for node in ast.walk(stmt)}
+    found: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("exporter")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in (ROOT / "exporter").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return {name: {dep for dep in _imports(path, name) if dep in modules and dep != name}
+            for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for dep in graph[node]:
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in on_stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    sys.setrecursionlimit(10_000)
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_between_cli_diagnose_parts_and_status() -> None:
+    graph = _graph()
+    assert "exporter.parts" in graph["exporter.diagnose"] and "exporter.diagnose" in graph["exporter.cli"], \
+        "the graph lost the edges it should see: the check would prove nothing"
+    ours = {"exporter.cli", "exporter.diagnose", "exporter.parts", "exporter.config"}
+    tangled = [c for c in _cycles(graph) if c & ours or any(m.startswith("exporter.status") for m in c)]
+    assert not tangled, tangled
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+DAEMON_ONLY = ("prometheus_client", "yaml", "bcrypt", "pynvml", "psutil", "exporter.collectors", "exporter.config",
+               "exporter.parts", "exporter.status", "exporter.push.receiver", "exporter.push.settings",
+               "exporter.heuristics", "exporter.cli", "exporter.web", "exporter.gpu")
+
+
+def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in loaded if any(m == d or m.startswith(d + ".") for d in names)}
+
+
+def test_importing_the_hook_pulls_in_nothing_only_the_daemon_needs() -> None:
+    loaded = _loaded_after("import exporter.hook")
+    assert "exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
+    assert not _daemon_modules(loaded, (*DAEMON_ONLY, "torch"))
+
+
+def test_the_framework_callbacks_pull_in_none_of_the_daemon_s_modules() -> None:
+    # Lightning and transformers bring torch (and their own YAML, NVML...) with them; ours must add nothing.
+    loaded = _loaded_after("import exporter.hook.lightning, exporter.hook.huggingface")
+    assert not _daemon_modules(loaded, tuple(d for d in DAEMON_ONLY if d.startswith("exporter.")))

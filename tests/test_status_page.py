@@ -1,0 +1,175 @@
+"""The status page on ``/`` and its JSON twin, against a real exporter and a real instrumented training run.
+
+The headless-Chromium test loads the page as a person would (``--dump-dom`` after layout, ``--screenshot``) and
+checks what is on it: the job, its rank, the phase bar, the verdict. ``--update-golden`` copies the screenshot
+to docs/status-page.png, the picture in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.status.page import render
+from exporter.status.recorder import MAX_SNAPSHOTS, Recorder
+from tests.conftest import ROOT, require_tool
+from tests.test_hook import wait_for
+
+PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
+SCREENSHOT = ROOT / "docs" / "status-page.png"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / f"chromium-{time.monotonic_ns()}"  # a fresh profile: nothing cached from a former run
+    return subprocess.run([require_tool("chromium"), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _visible_text(dom: str) -> str:
+    body = re.sub(r"<(style|title)[^>]*>.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
+
+
+@pytest.mark.live
+@pytest.mark.torch
+@pytest.mark.golden
+def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_exporter, tmp_path: Path,
+                                                                          update_golden: bool) -> None:
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={sock}", f"--collector.gpu.profile={PROFILE}",
+                               "--web.status-interval=1"])
+    stop = tmp_path / "stop"
+    trainer = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
+         "--stop-file", str(stop)],
+        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": "resnet-input-bound"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def verdict_for_the_job() -> dict | None:
+            status = requests.get(f"{exporter.url}/status.json", timeout=30).json()
+            alerts = {f["alert"] for f in status["verdicts"]["findings"]
+                      if f["labels"].get("job") == "resnet-input-bound"}
+            return status if "BottleneckInputBound" in alerts else None
+
+        status = wait_for(verdict_for_the_job, "the input-bound verdict in /status.json", timeout=120)
+        rank = status["jobs"][0]["ranks"][0]
+        assert (status["jobs"][0]["job"], rank["rank"], rank["num_workers"]) == ("resnet-input-bound", "0", 0)
+        assert rank["phase_ratios"]["data_wait"] > 0.5, rank
+        assert abs(sum(rank["phase_ratios"].values()) - 1) < 1e-6, rank
+        assert 0 <= rank["last_step_age_seconds"] < 30, rank
+        assert status["push"]["unix_socket"] == str(sock) and status["push"]["datagrams"] > 0
+        assert status["gpu"]["state"] == "ok" and len(status["gpu"]["gpus"]) == 4
+        assert {c["name"] for c in status["collectors"]} >= {"cpu", "gpu", "push", "training"}
+
+        shot = tmp_path / "status.png"
+        dumped = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", f"{exporter.url}/")
+        shown = _chromium(tmp_path, "--window-size=1280,1480", f"--screenshot={shot}", f"{exporter.url}/")
+    finally:
+        stop.touch()
+        trainer.wait(timeout=60)
+    assert dumped.returncode == 0, dumped.stderr
+    text = _visible_text(dumped.stdout)
+    assert "resnet-input-bound" in text and "input-bound (data loading)" in text, text
+    assert re.search(r"resnet-input-bound 0 \d+ [\d.]+ ms \d+s ago 0 ", text), "job, rank, steps, step time, " \
+        "last step, workers: " + text
+    assert re.search(r"data wait \d+%", text), text
+    bar = re.search(r'<svg class="phasebar"[^>]*aria-label="([^"]*)"[^>]*>(.*?)</svg>', dumped.stdout, re.S)
+    assert bar is not None and bar.group(1).startswith("data wait"), dumped.stdout
+    widths = [float(w) for w in re.findall(r'<rect[^>]*width="([\d.]+)"', bar.group(2))]
+    assert widths[0] > 200 and abs(sum(widths) - 400) < 1, widths  # data wait, the widest, first
+    assert shown.returncode == 0 and shot.exists(), shown.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    if update_golden:
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def _status(jobs: list | None = None, findings: list | None = None) -> dict:
+    return {
+        "exporter": {"version": "0.1.0", "instance": "node-1", "uptime_seconds": 30, "ready": True,
+                     "telemetry_path": "/metrics"},
+        "collection": {"at": 1.0, "age_seconds": 2.0, "snapshots": 3, "span_seconds": 10.0},
+        "collectors": [{"name": "cpu", "success": False, "duration_seconds": 0.001}],
+        "gpu": {"state": "unavailable", "detail": "NVML not available", "gpus": []},
+        "push": {"state": "off", "detail": "not running"},
+        "jobs": jobs or [],
+        "verdicts": {"window_seconds": 10.0, "snapshots": 3, "findings": findings or [], "errors": [],
+                     "missing": []},
+    }
+
+
+def test_page_has_no_script_and_no_external_asset() -> None:
+    page = render(_status()).decode()
+    assert "<script" not in page and " src=" not in page and "<link" not in page
+    assert '<span class="badge fail">failed</span>' in page  # a failed collector is visible
+
+
+def test_hostile_job_name_is_escaped_on_the_page() -> None:
+    jobs = [{"job": '<img src=x onerror="alert(1)">', "ranks": [{"rank": "0", "steps": 1.0}]}]
+    page = render(_status(jobs=jobs)).decode()
+    assert "<img" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+class _Counting:
+    """A collector with one series the page reads and one it does not."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def collect(self):
+        from prometheus_client.metrics_core import GaugeMetricFamily
+
+        self.n += 1
+        kept = GaugeMetricFamily("bottleneck_push_jobs", "kept", value=self.n)
+        dropped = GaugeMetricFamily("bottleneck_cpu_frequency_hertz", "not read by the page", value=1)
+        return [kept, dropped]
+
+
+def test_recorder_ring_stays_bounded_and_keeps_only_read_series() -> None:
+    clock = iter(range(10_000))
+    recorder = Recorder(_Counting(), {"bottleneck_push_jobs"}, spacing=1.0, clock=lambda: float(next(clock)))
+    for _ in range(MAX_SNAPSHOTS * 3):
+        families = list(recorder.collect())
+        assert len(families) == 2  # the scrape itself still gets everything
+    snapshots = recorder.snapshots()
+    assert len(snapshots) == MAX_SNAPSHOTS
+    assert {name for snap in snapshots for name, _, _ in snap.samples} == {"bottleneck_push_jobs"}
+    assert next(iter(snapshots[-1].samples))[2] == MAX_SNAPSHOTS * 3  # the newest kept, the oldest dropped
+    assert all(snap.series is snapshots[0].series for snap in snapshots), "unchanged series are not shared"
+
+
+def test_snapshots_older_than_the_rate_window_drop_out() -> None:
+    times = iter([0.0, 100.0, 200.0, 300.0, 301.0, 450.0])
+    recorder = Recorder(_Counting(), {"bottleneck_push_jobs"}, spacing=1.0, max_age=300.0,
+                        clock=lambda: next(times))
+    for _ in range(6):
+        list(recorder.collect())
+    assert [snap.at for snap in recorder.snapshots()] == [200.0, 300.0, 301.0, 450.0]
+
+
+def test_a_fast_scraper_does_not_fill_the_ring_faster_than_the_spacing() -> None:
+    times = iter([0.0, 0.1, 0.2, 5.0, 5.1])
+    recorder = Recorder(_Counting(), {"bottleneck_push_jobs"}, spacing=5.0, clock=lambda: next(times))
+    for _ in range(5):
+        list(recorder.collect())
+    assert [snap.at for snap in recorder.snapshots()] == [0.0, 5.0]
+
+
+def test_status_json_is_valid_json_before_the_first_collection() -> None:
+    from exporter.status import model
+
+    data = model.build([], {}, {"version": "0.1.0", "started_at": 0.0}, now=5.0)
+    json.dumps(data)
+    assert data["verdicts"]["snapshots"] == 0 and data["jobs"] == [] and data["gpu"]["state"] == "off"
+    assert "Collecting samples" in render({**data, "exporter": {**data["exporter"], "instance": "n"}}).decode()
