@@ -28,7 +28,7 @@ from exporter.collectors import REGISTRY, Collector, Context
 from exporter.config import ConfigError, collector_settings, load_yaml
 from exporter.orchestrator import Orchestrator
 from exporter.training_registry import TrainingRegistry
-from exporter.web import parse_listen_address, serve, start_in_thread
+from exporter.web import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
 from exporter.webconfig import load_web_config
 
 log = logging.getLogger("exporter")
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Path under which to expose metrics (default: %(default)s).")
     add("--web.config.file", dest="web_config_file", default=None,
         help="Exporter-toolkit web config (TLS, mTLS, basic auth).")
+    add("--web.max-requests", dest="max_requests", type=_max_requests, default=DEFAULT_MAX_REQUESTS,
+        help="Maximum number of scrapes served at once, more are answered 503; 0 means no limit "
+        "(default: %(default)s).")
     add("--web.disable-exporter-metrics", dest="disable_exporter_metrics", action="store_true",
         help="Exclude the exporter's own process_* and python_* metrics.")
     add("--config.file", dest="config_file", default=None, help="YAML config file for collector options.")
@@ -75,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_push_arguments(parser)
     return parser
+
+
+def _max_requests(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number (0 = no limit), got {value!r}")
+    return int(value)
 
 
 def configure_logging(level: str, fmt: str) -> None:
@@ -104,7 +113,7 @@ def build_collectors(
     args: argparse.Namespace, file_config: dict[str, Any], training: TrainingRegistry
 ) -> dict[str, Collector]:
     """Decide which collectors run and with which options: registration default < config file < flags."""
-    enabled_in_file, options_in_file = collector_settings(file_config, REGISTRY)
+    enabled_in_file, options_in_file = collector_settings(file_config, REGISTRY, args.config_file)
     collectors: dict[str, Collector] = {}
     for name, reg in sorted(REGISTRY.items()):
         enabled = False if args.disable_defaults else reg.default_enabled
@@ -159,7 +168,8 @@ def run_exporter(argv: Sequence[str]) -> int:
         registry.register(receiver)
 
     try:
-        server = serve(args.listen_address, registry, args.telemetry_path, web_config)
+        server = serve(args.listen_address, registry, args.telemetry_path, web_config,
+                       max_requests=args.max_requests)
     except OSError as err:
         print(f"bottleneck-exporter: error: --web.listen-address={args.listen_address}: {err}", file=sys.stderr)
         return 2

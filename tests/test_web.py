@@ -138,12 +138,13 @@ def test_mtls_requires_a_client_certificate_signed_by_the_ca(start_exporter, tmp
 
     ok = wait_http(_https(exporter) + "/metrics", verify=str(tls_files["ca"]), cert=str(tls_files["client"]))
     assert ok.status_code == 200
-    with pytest.raises(requests.exceptions.SSLError):
+    # Refused either way; under TLS 1.3 the client may see the connection close rather than the alert.
+    with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(_https(exporter) + "/metrics", timeout=5, verify=str(tls_files["ca"]))
     stranger = trustme.CA().issue_cert("intruder")
     stranger_pem = tmp_path / "stranger.pem"
     stranger.private_key_and_cert_chain_pem.write_to_path(str(stranger_pem))
-    with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+    with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(_https(exporter) + "/metrics", timeout=5, verify=str(tls_files["ca"]), cert=str(stranger_pem))
     # Regression: a refused handshake printed a raw socketserver traceback to stderr on every attempt.
     assert requests.get(_https(exporter) + "/-/healthy", timeout=5, verify=str(tls_files["ca"]),
@@ -211,7 +212,7 @@ def test_bad_web_config_is_refused_at_start_naming_the_key(tmp_path: Path, conte
 
 
 @pytest.mark.parametrize(("settings", "names"), [
-    ("client_auth_type: Sometimes", "client_auth_type: 'Sometimes'"),
+    ("client_auth_type: Sometimes", "client_auth_type: not one of"),
     # Regression: served without asking for any client certificate at all.
     ("client_auth_type: RequireAnyClientCert", "client_ca_file: required when client_auth_type is Require"),
     ("client_allowed_sans: [prometheus.example]", "client_allowed_sans: needs client_auth_type"),

@@ -21,7 +21,7 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any
 
-from exporter.config import ConfigError
+from exporter.config import ConfigError, shown_key, without_value
 from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
 from exporter.training_registry import TrainingRegistry
 
@@ -65,18 +65,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace, file_config: dict[str, Any]) -> dict[str, Any]:
     """Parsed settings {key: value}; raises ConfigError naming the flag or YAML key."""
+    config_file = getattr(args, "config_file", None)
+    file = f"{config_file}: " if config_file else ""
     section = file_config.get("push") or {}
     if not isinstance(section, dict):
-        raise ConfigError("push: must be a mapping of setting to value")
+        raise ConfigError(f"{file}push: must be a mapping of setting to value")
     known = {key for key, *_ in _SETTINGS}
     for key in section:
         if key not in known:
-            raise ConfigError(f"push.{key}: unknown setting (known: {', '.join(sorted(known))})")
+            raise ConfigError(f"{file}push.{shown_key(key)}: unknown setting (known: {', '.join(sorted(known))})")
     parsed: dict[str, Any] = {"socket_given": False}
     for key, dest, default, _ in _SETTINGS:
         raw, where = default, None
         if key in section:
-            raw, where = section[key], f"push.{key}"
+            raw, where = section[key], f"{file}push.{key}"
         flag = getattr(args, dest, None)
         if flag is not None:
             raw, where = flag, f"--push.{key}"
@@ -85,7 +87,9 @@ def settings(args: argparse.Namespace, file_config: dict[str, Any]) -> dict[str,
         try:
             parsed[key] = _PARSERS[key](raw) if where is not None else default
         except ValueError as err:
-            raise ConfigError(f"{where}: {err}") from None
+            # A flag's value is the operator's own; a file's is never printed (the file may hold secrets).
+            message = str(err) if flag is not None else without_value(err, raw)
+            raise ConfigError(f"{where}: {message}") from None
     if parsed["listen-udp"] is not None and not parsed["allow-non-loopback"]:
         host = parsed["listen-udp"][0]
         if not ipaddress.ip_address(host).is_loopback:
