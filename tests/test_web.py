@@ -260,3 +260,189 @@ def test_minimum_tls_version_is_enforced(start_exporter, tmp_path: Path, tls_fil
     client.maximum_version = ssl.TLSVersion.TLSv1_2
     with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
         client.wrap_socket(raw, server_hostname="127.0.0.1").do_handshake()
+
+
+# -- hostile and careless clients -----------------------------------------------------------------------------
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+def _stall(port: int, count: int, first_bytes: bytes) -> list[socket.socket]:
+    stalled = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        if first_bytes:
+            sock.sendall(first_bytes)
+        stalled.append(sock)
+    return stalled
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "tls_without_handshake"])
+def test_300_stalled_connections_neither_block_a_scrape_nor_take_a_thread_each(
+    start_exporter, tmp_path: Path, tls_files, tls: bool
+) -> None:
+    # Regression: every connection got a thread and no deadline, so 300 half-sent request lines (or, over TLS,
+    # connections that never start the handshake) held 303 threads and, under TasksMax=64, failed every scrape.
+    args = ["--collector.disable-defaults", "--collector.memory"]
+    if tls:
+        config = _web_config(tmp_path, f"tls_server_config:\n  cert_file: {tls_files['cert']}\n"
+                                       f"  key_file: {tls_files['key']}\n")
+        args.append(f"--web.config.file={config}")
+    exporter = start_exporter(args, wait=False)
+    from tests.conftest import wait_http
+
+    url = (_https(exporter) if tls else exporter.url) + "/metrics"
+    verify = str(tls_files["ca"]) if tls else True
+    wait_http(url, verify=verify)
+    before = _threads(exporter.proc.pid)
+    stalled = _stall(exporter.port, 300, b"" if tls else b"GET /metr")
+    try:
+        response = requests.get(url, timeout=30, verify=verify)
+        assert response.status_code == 200 and "bottleneck_memory_total_bytes" in response.text
+        assert _threads(exporter.proc.pid) <= before + 4, "stalled connections took threads"
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+@pytest.mark.live
+def test_a_half_sent_request_is_dropped_at_its_deadline(start_exporter) -> None:
+    # Regression: a connection that sent half a request line was held open for as long as the client liked.
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory"])
+    (sock,) = _stall(exporter.port, 1, b"GET /metr")
+    with sock:
+        sock.settimeout(60)  # the deadline is 10 s; generous for a loaded machine
+        assert sock.recv(1024) == b"", "the server should close the connection, not answer or wait"
+
+
+@pytest.mark.live
+def test_http_1_1_keep_alive_serves_several_requests_on_one_connection(start_exporter) -> None:
+    # Regression: the server spoke HTTP/1.0 only and closed the connection after every response.
+    import http.client
+
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory"])
+    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30)
+    try:
+        for path in ("/metrics", "/-/healthy", "/metrics"):
+            connection.request("GET", path)
+            response = connection.getresponse()
+            body = response.read()
+            assert response.status == 200 and response.version == 11, path
+            assert response.getheader("Connection") != "close" and body
+        assert connection.sock is not None, "the connection was closed between requests"
+    finally:
+        connection.close()
+
+
+class _BlockingCollector:
+    """Holds every scrape until released, so that scrapes in flight can be counted."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import GaugeMetricFamily
+
+        self.entered.release()
+        self.release.wait(60)
+        yield GaugeMetricFamily("bottleneck_test_held", "A scrape that waited.", value=1)
+
+
+def test_scrapes_beyond_web_max_requests_are_answered_503() -> None:
+    # node_exporter's --web.max-requests: a bound on scrapes in flight; beyond it 503, not a new thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prometheus_client import CollectorRegistry
+
+    from exporter.web import serve, start_in_thread
+    from tests.conftest import free_port
+
+    held = _BlockingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(held)  # type: ignore[arg-type]
+    server = serve(f"127.0.0.1:{free_port()}", registry, max_requests=2)
+    start_in_thread(server)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = [pool.submit(requests.get, url + "/metrics", timeout=60) for _ in range(2)]
+            for _ in range(2):
+                assert held.entered.acquire(timeout=30)
+            refused = requests.get(url + "/metrics", timeout=30)
+            assert refused.status_code == 503 and "Limit of concurrent requests reached (2)" in refused.text
+            assert requests.get(url + "/-/healthy", timeout=30).status_code == 200, "probes are not scrapes"
+            held.release.set()
+            assert [f.result().status_code for f in first] == [200, 200]
+        assert requests.get(url + "/metrics", timeout=30).status_code == 200
+    finally:
+        held.release.set()
+        server.shutdown()
+
+
+def test_web_max_requests_flag_is_validated() -> None:
+    assert "--web.max-requests" in _refused(["--web.max-requests=-1"])
+
+
+# -- passwords -------------------------------------------------------------------------------------------------
+def _basic(user: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _counting_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    import exporter.webconfig as webconfig
+
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def checkpw(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", checkpw)
+    return calls
+
+
+def test_a_repeated_wrong_password_costs_one_bcrypt_per_interval(tmp_path: Path, monkeypatch) -> None:
+    # Regression: every wrong password cost a full bcrypt, with no limit: 60 a second starved real scrapes.
+    from exporter.webconfig import load_web_config
+
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = load_web_config(str(_web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")))
+    calls = _counting_bcrypt(monkeypatch)
+    for _ in range(50):
+        assert not config.authorized(_basic("prometheus", "guess"))
+        assert not config.authorized(_basic("nobody", "guess"))
+    assert len(calls) == 2
+    for _ in range(50):
+        assert config.authorized(_basic("prometheus", "s3cret"))
+    assert len(calls) == 3
+    # bcrypt refuses passwords over 72 bytes with an exception: that is a wrong password, not a crash.
+    assert not config.authorized(_basic("prometheus", "x" * 100))
+
+
+@pytest.mark.live
+def test_a_flood_of_wrong_passwords_leaves_verified_scrapers_served(start_exporter, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+    config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory", f"--web.config.file={config}"])
+    url = exporter.url + "/metrics"
+    assert requests.get(url, timeout=30, auth=("prometheus", "s3cret")).status_code == 200
+
+    def wrong(index: int) -> int:
+        return requests.get(url, timeout=60, auth=("prometheus", f"guess-{index}")).status_code
+
+    with ThreadPoolExecutor(16) as pool:
+        flood = [pool.submit(wrong, index) for index in range(240)]
+        legit = [requests.get(url, timeout=30, auth=("prometheus", "s3cret")) for _ in range(10)]
+        codes = [f.result() for f in flood]
+    assert all(r.status_code == 200 and "bottleneck_memory_total_bytes" in r.text for r in legit)
+    assert set(codes) <= {401, 503} and 401 in codes, set(codes)
