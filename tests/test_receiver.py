@@ -244,11 +244,11 @@ def test_silent_job_expires_and_its_process_is_forgotten():
     now = [1000.0]
     training = TrainingRegistry()
     rx = receiver(expiry=60.0, clock=lambda: now[0], training=training)
-    assert rx.handle(encode(hook_payload(job="old")))
+    me = {"peer_pid": os.getpid(), "peer_uid": os.getuid()}
+    assert rx.handle(encode(hook_payload(job="old")), **me)
     assert [p.job for p in training.processes()] == ["old"]
-    assert training.processes()[0].worker_pids == (os.getpid(),)
     now[0] += 30
-    assert rx.handle(encode(hook_payload(job="fresh")))
+    assert rx.handle(encode(hook_payload(job="fresh")), **me)
     now[0] += 31
     rx._expire()
     assert [s.snapshot.job for s in rx.store.ranks()] == ["fresh"]
@@ -281,8 +281,9 @@ sys.stdin.read()
 """
 
 
-def silent_trainer(address: str, job: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _SILENT_TRAINER, address, json.dumps(hook_payload(job=job))],
+def silent_trainer(address: str, job: str, steps: int = 3) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _SILENT_TRAINER, address,
+                             json.dumps(hook_payload(job=job, steps=steps))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
@@ -348,6 +349,87 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
         for proc in procs:
             proc.kill()
             proc.communicate()
+
+
+# -- who may push what ------------------------------------------------------------------------------------------
+def steps_of(rx: PushReceiver, job: str) -> float | None:
+    return sample(rx, "bottleneck_train_steps_total", job=job, rank="0")
+
+
+@pytest.mark.live
+def test_another_sender_cannot_reset_a_rank_it_does_not_own(tmp_path):
+    """Regression: a datagram from any other writer of the socket replaced the rank (steps_total 128 → 1, a
+    counter reset Prometheus believed). A rank belongs to its sender until that process exits."""
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")), TrainingRegistry())
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=128))
+        wait_for(lambda: steps_of(rx, "resnet") == 128, "the owner's datagram")
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=1))
+        wait_for(lambda: rx.rejected()["not_owner"] == 1, "the other sender's datagram to be refused")
+        assert steps_of(rx, "resnet") == 128
+        assert sample(rx, "bottleneck_push_rejected_total", reason="not_owner") == 1
+        procs[0].communicate("")  # the owner exits: a restarted trainer takes its rank over
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=2))
+        wait_for(lambda: steps_of(rx, "resnet") == 2, "the restarted trainer's datagram")
+    finally:
+        rx.stop()
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_udp_datagram_cannot_touch_a_rank_owned_over_the_unix_socket():
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")))
+    payload = hook_payload(steps=5)
+    assert rx.handle(encode(payload), peer_pid=os.getpid(), peer_uid=os.getuid())
+    payload["seq"] += 1
+    assert not rx.handle(encode(hook_payload(steps=1)))
+    assert rx.rejected()["not_owner"] == 1 and steps_of(rx, "job-a") == 5
+
+
+def test_without_liveness_only_the_owners_user_takes_a_rank_over():
+    # Where /proc cannot tell whether the owner runs (another PID namespace), a restart by the same user is
+    # let in; another user waits for the rank to expire.
+    rx = receiver()
+    assert rx.handle(encode(hook_payload(steps=5)), peer_pid=4242, peer_uid=1000)
+    assert not rx.handle(encode(hook_payload(steps=1)), peer_pid=4343, peer_uid=1001)
+    assert rx.rejected()["not_owner"] == 1 and steps_of(rx, "job-a") == 5
+    assert rx.handle(encode(hook_payload(steps=2)), peer_pid=4343, peer_uid=1000)
+    assert steps_of(rx, "job-a") == 2
+
+
+def test_pids_a_udp_datagram_claims_are_not_attributed_to_it():
+    """Regression: any writer could claim PID 1 as its trainer or workers, and the exporter (root) published
+    that process's /proc under the forger's job. Without kernel credentials nothing is attributed."""
+    training = TrainingRegistry()
+    rx = receiver(training=training)
+    payload = hook_payload()
+    payload["pid"], payload["loader"]["worker_pids"] = 1, [1]
+    assert rx.handle(encode(payload))
+    assert steps_of(rx, "job-a") == 3 and training.processes() == []
+
+
+@pytest.mark.live
+def test_worker_pids_that_do_not_descend_from_the_sender_are_ignored():
+    """Regression: a datagram's worker PIDs were taken as they came, taking other trainers' workers (or PID 1)
+    away from their owner. Only the sender's descendants count."""
+    training = TrainingRegistry()
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")), training)
+    worker = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        payload = hook_payload()
+        payload["pid"] = os.getpid()
+        # PID 1, this process's parent, and a PID beyond pid_max (no such process).
+        payload["loader"]["worker_pids"] = [worker.pid, 1, os.getppid(), (1 << 22) + 1]
+        assert rx.handle(encode(payload), peer_pid=os.getpid(), peer_uid=os.getuid())
+        assert training.processes()[0].worker_pids == (worker.pid,)
+    finally:
+        worker.kill()
+        worker.communicate()
 
 
 def fake_procfs(root: Path, self_pid: int, processes: dict[int, tuple[str, int]]) -> str:
