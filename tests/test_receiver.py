@@ -230,6 +230,32 @@ def test_a_flood_of_distinct_job_names_keeps_memory_bounded():
     assert growth < 64 * 1024, growth
 
 
+def full_payload(job: str, rank: int) -> dict[str, Any]:
+    """A datagram with every optional part (GPU, DataLoader): the most series one rank can add."""
+    payload = hook_payload(job=job)
+    payload["rank"] = rank
+    payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
+                      "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
+                      "memory_peak_bytes": 1.5e9}
+    return payload
+
+
+def test_default_bounds_keep_one_local_user_to_a_node_sized_scrape():
+    """Regression: the defaults (32 jobs x 64 ranks) let one local user add 84k series and a 5.9 MB, 1.2 s
+    scrape, while a node runs a handful of ranks. At the defaults now: 8 jobs x 16 ranks."""
+    conf = push_settings.settings(parse([]), {})
+    rx = PushReceiver(JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"]))
+    for job in range(40):
+        for rank in range(80):
+            rx.handle(encode(full_payload(f"job-{job}", rank)))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    text = generate_latest(registry)
+    series = [line for line in text.decode().splitlines() if line and not line.startswith("#")]
+    assert len(rx.store.ranks()) == 8 * 16
+    assert len(series) < 6000 and len(text) < 1_500_000, (len(series), len(text))
+
+
 def test_ranks_per_job_are_bounded():
     rx = receiver(max_ranks=4)
     payload = hook_payload()
@@ -577,7 +603,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_settings_precedence_default_file_flag():
     conf = push_settings.settings(parse([]), {})
     assert (conf["socket"], conf["socket-mode"], conf["max-jobs"], conf["job-expiry"]) == \
-        ("/run/bottleneck-exporter/push.sock", 0o660, 32, 600.0)
+        ("/run/bottleneck-exporter/push.sock", 0o660, 8, 600.0)
     assert conf["listen-udp"] is None and not conf["disable"] and not conf["socket_given"]
     from_file = {"push": {"max-jobs": 5, "job-expiry": "90s", "socket-mode": 0o600, "listen-udp": "[::1]:9999"}}
     conf = push_settings.settings(parse(["--push.max-jobs=7"]), from_file)

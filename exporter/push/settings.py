@@ -45,9 +45,13 @@ _SETTINGS: tuple[tuple[str, str, Any, str], ...] = (
     ("job-expiry", "push_job_expiry", 600.0,
      "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
      "process still runs (a hung trainer stays visible until it exits)"),
-    ("max-jobs", "push_max_jobs", 32, "Training jobs tracked at once; more are counted and dropped"),
-    ("max-ranks-per-job", "push_max_ranks", 64, "Ranks tracked per job; more are counted and dropped"),
+    ("max-jobs", "push_max_jobs", 8, "Training jobs tracked at once; more are counted and dropped"),
+    ("max-ranks-per-job", "push_max_ranks", 16, "Ranks tracked per job; more are counted and dropped"),
 )
+# Sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes, 16 leaves room
+# for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the push
+# series are 8 x 16 ranks x 41 series = 5,248 (0.42 MB of text, docs/hook.md); the old 32 x 64 let one local
+# user add 84k series and a multi-second scrape. Larger MIG-partitioned nodes raise them with the flags.
 _BOOLEAN = {"allow-non-loopback", "disable"}
 
 
