@@ -446,3 +446,66 @@ def test_a_flood_of_wrong_passwords_leaves_verified_scrapers_served(start_export
         codes = [f.result() for f in flood]
     assert all(r.status_code == 200 and "bottleneck_memory_total_bytes" in r.text for r in legit)
     assert set(codes) <= {401, 503} and 401 in codes, set(codes)
+
+
+# -- config errors never print what the file holds ---------------------------------------------------------------
+SECRET = "hunter2-SECRET-7f3a"
+
+
+@pytest.mark.parametrize("flag", ["--config.file", "--web.config.file"])
+@pytest.mark.parametrize(("shape", "content", "names"), [
+    # /etc/shadow read as YAML: each line is a key.
+    ("shadow", f"root:$y$j9T${SECRET}:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n", "not a setting name"),
+    ("broken_yaml", f"a: b\n  bad: [{SECRET}\n", "not valid YAML at line 2"),
+    ("quoted_in_error", f"a: *{SECRET}\n", "not valid YAML at line 1"),
+])
+def test_a_config_error_names_the_file_but_never_prints_its_contents(
+    tmp_path: Path, flag: str, shape: str, content: str, names: str
+) -> None:
+    # Regression: --config.file=/etc/shadow printed a line of it as the "unknown top-level key".
+    path = tmp_path / "secret.yml"
+    path.write_text(content)
+    stderr = _refused([f"{flag}={path}"])
+    assert str(path) in stderr and names in stderr, stderr
+    assert SECRET not in stderr, stderr
+
+
+@pytest.mark.parametrize(("content", "names"), [
+    (f"collectors:\n  disk:\n    device-exclude: '{SECRET}(('\n", "collectors.disk.device-exclude: not a valid"),
+    (f"push:\n  socket-mode: {SECRET}\n", "push.socket-mode: expected octal permission bits"),
+    (f"push:\n  max-jobs: {SECRET}\n", "push.max-jobs: expected a whole number"),
+])
+def test_a_bad_value_in_a_config_file_is_named_by_key_not_printed(tmp_path: Path, content: str, names: str) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(content)
+    stderr = _refused([f"--config.file={path}"])
+    assert f"{path}: {names}" in stderr and SECRET not in stderr, stderr
+
+
+def test_a_bcrypt_cost_that_would_stall_every_new_password_is_refused(tmp_path: Path) -> None:
+    hashed = "$2y$16$" + "a" * 53  # cost 16: ~5.5 s per check here
+    stderr = _refused([f"--web.config.file={_web_config(tmp_path, f'basic_auth_users:{chr(10)}  p: {hashed!r}')}"])
+    assert "basic_auth_users.p: bcrypt cost must be 4 to 14" in stderr, stderr
+
+
+def test_at_the_connection_bound_the_longest_waiting_stalled_connection_makes_room(monkeypatch) -> None:
+    # However many connections stall, a new one (a scrape) gets in: the stalled client waiting longest goes.
+    from prometheus_client import CollectorRegistry
+
+    import exporter.web as web
+    from tests.conftest import free_port
+
+    monkeypatch.setattr(web, "_MAX_CONNECTIONS", 20)
+    server = web.serve(f"127.0.0.1:{free_port()}", CollectorRegistry(auto_describe=False))
+    web.start_in_thread(server)
+    port = server.server_address[1]
+    stalled = _stall(port, 40, b"GET /metr")
+    try:
+        response = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30)
+        assert response.status_code == 200
+        stalled[0].settimeout(30)
+        assert stalled[0].recv(1024) == b"", "the oldest stalled connection should have been dropped"
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.shutdown()
