@@ -9,9 +9,9 @@ prints what it measured:
           --push.max-ranks-per-job filled by one sender with every optional part (GPU, DataLoader).
   slow    scrape latency (median, max of 20) before and while ``--stalled`` connections have sent half a
           request line (plain HTTP) or never started the TLS handshake, and the exporter's thread count.
-  flood   latency of a verified scraper's scrapes while 60 distinct wrong passwords a second arrive (bcrypt
-          cost 10), for 10 s; how many tries (0.1 s apart) a scraper verified for the first time during the
-          flood needs; how the wrong ones were answered.
+  flood   latency of a verified scraper's scrapes while 60 distinct wrong passwords a second arrive from
+          another address (127.0.0.2; bcrypt cost 10), for 10 s; how many tries (0.1 s apart) a scraper
+          verified for the first time during the flood needs; how the wrong ones were answered.
   forge   a second process pushing for a job/rank another process owns; steps_total before and after, and
           bottleneck_push_rejected_total{reason="not_owner"}.
   fuzz    100,000 mutated and random datagrams through the Unix socket; received, counted by reason, and rate.
@@ -20,6 +20,8 @@ prints what it measured:
 from __future__ import annotations
 
 import argparse
+import base64
+import http.client
 import json
 import random
 import re
@@ -152,10 +154,17 @@ def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
             stop, lock = threading.Event(), threading.Lock()
 
             def wrong(index: int) -> None:
+                # From another address than the scrapers' (127.0.0.2): an attacker elsewhere on the network.
+                credential = base64.b64encode(f"prometheus:guess-{index}".encode()).decode()
+                connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
+                                                        source_address=("127.0.0.2", 0))
                 try:
-                    code = requests.get(url, timeout=30, auth=("prometheus", f"guess-{index}")).status_code
-                except requests.RequestException:
+                    connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
+                    code = connection.getresponse().status
+                except OSError:
                     code = 0
+                finally:
+                    connection.close()
                 with lock:
                     answers[code] = answers.get(code, 0) + 1
 

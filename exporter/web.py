@@ -10,9 +10,9 @@ deadline. Bounds, node_exporter's where it has one:
 - at most 512 connections; one more drops whichever has waited longest for a request head;
 - scrapes run in 4 threads; ``--web.max-requests`` (default 40, 0 = no limit) bounds those in flight, and
   more are answered 503, as node_exporter does;
-- bcrypt (basic auth) runs in one thread with at most 8 checks waiting; more are answered 503, so a flood
-  of wrong passwords costs one core at most, and a scraper whose credentials were verified once never waits
-  for it (``webconfig.WebConfig``).
+- bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address; more are
+  answered 503, so a flood of wrong passwords costs one core at most and holds one place per address, and a
+  scraper whose credentials were verified once never waits for it (``webconfig.WebConfig``).
 
 Routes are a table (``routes``): a path, its handler, whether it answers without credentials and whether it
 blocks (runs in a scrape thread). Exposes nothing itself; ``/metrics`` answers, e.g.::
@@ -73,6 +73,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]  # names in lower case
+    client: str = ""  # the peer's address, without the port
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,7 @@ class WebServer:
         self._scrapes = ThreadPoolExecutor(_SCRAPE_THREADS, thread_name_prefix="http-scrape")
         self._passwords = ThreadPoolExecutor(1, thread_name_prefix="http-bcrypt")
         self._in_flight = 0
-        self._password_checks = 0
+        self._password_checks: dict[str, int] = {}  # client address → checks waiting or running
         self._connections: set[asyncio.Task[None]] = set()
         self._awaiting_head: dict[asyncio.Task[None], float] = {}  # connection → since when (monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,7 +200,7 @@ class WebServer:
         while True:
             self._awaiting_head[task] = time.monotonic()
             try:
-                request = await asyncio.wait_for(_read_request(conn, reader), deadline)
+                request = await asyncio.wait_for(_read_request(conn, reader, _client(writer)), deadline)
             except h11.RemoteProtocolError as err:
                 await self._send(conn, writer, "GET", text(err.error_status_hint, "Bad request.\n"))
                 break
@@ -262,19 +263,22 @@ class WebServer:
         header = request.headers.get("authorization")
         verdict = self.web.cached_verdict(header)
         if verdict is None:
-            if self._password_checks >= _PASSWORD_CHECKS_WAITING:
+            # One check at a time per client address: a flood from one address holds one place in the queue,
+            # so a scraper elsewhere whose password is not verified yet still gets its turn.
+            client = request.client
+            if client in self._password_checks or sum(self._password_checks.values()) >= _PASSWORD_CHECKS_WAITING:
                 return text(503, "Too many password checks at once, try again later.\n")
-            self._password_checks += 1
+            self._password_checks[client] = 1
             try:
                 verdict = await asyncio.get_running_loop().run_in_executor(self._passwords, self.web.verify, header)
             finally:
-                self._password_checks -= 1
+                del self._password_checks[client]
         if verdict:
             return None
         return Response(401, b"Unauthorized.\n", headers=(("WWW-Authenticate", 'Basic realm="bottleneck-exporter"'),))
 
 
-async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
+async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader, client: str) -> Request | None:
     """The next request head, or None when the client closed the connection. A request with a body leaves
     the connection unable to continue, so it is closed after the response."""
     while True:
@@ -286,8 +290,13 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> R
             conn.next_event()  # the EndOfMessage of a request without a body, at once
             headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
             target = event.target.decode("latin-1")
-            return Request(event.method.decode("latin-1"), target.split("?", 1)[0], headers)
+            return Request(event.method.decode("latin-1"), target.split("?", 1)[0], headers, client)
         return None  # ConnectionClosed (or PAUSED, which only follows a request)
+
+
+def _client(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _call(handler: Callable[[Request], Response], request: Request) -> Response:
