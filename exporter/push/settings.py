@@ -51,7 +51,7 @@ _SETTINGS: tuple[tuple[str, str, Any, str], ...] = (
 # Sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes, 16 leaves room
 # for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the push
 # series are 8 x 16 ranks x 41 series = 5,248 (0.42 MB of text, docs/hook.md); the old 32 x 64 let one local
-# user add 84k series and a multi-second scrape. Larger MIG-partitioned nodes raise them with the flags.
+# user add 84k series and a 6.8 MB scrape. MIG-partitioned nodes running many small jobs raise them by flag.
 _BOOLEAN = {"allow-non-loopback", "disable"}
 
 
