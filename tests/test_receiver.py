@@ -428,6 +428,17 @@ def test_without_liveness_only_the_owners_user_takes_a_rank_over():
     assert steps_of(rx, "job-a") == 2
 
 
+def test_a_sender_the_kernel_cannot_name_is_held_to_its_uid_and_attributed_nothing():
+    # PID 0 from SCM_CREDENTIALS: the trainer lives in a PID namespace the exporter cannot see into.
+    training = TrainingRegistry()
+    rx = receiver(training=training)
+    assert rx.handle(encode(hook_payload(steps=5)), peer_pid=None, peer_uid=1000)
+    assert not rx.handle(encode(hook_payload(steps=1)), peer_pid=None, peer_uid=1001)
+    assert not rx.handle(encode(hook_payload(steps=1)))  # UDP
+    assert rx.rejected()["not_owner"] == 2 and steps_of(rx, "job-a") == 5
+    assert training.processes() == [], "the PID in the datagram is only a claim"
+
+
 def test_pids_a_udp_datagram_claims_are_not_attributed_to_it():
     """Regression: any writer could claim PID 1 as its trainer or workers, and the exporter (root) published
     that process's /proc under the forger's job. Without kernel credentials nothing is attributed."""

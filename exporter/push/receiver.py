@@ -192,13 +192,13 @@ class PushReceiver:
                 self._rejected["bad_schema"] += 1
             log.exception("push datagram could not be handled")
             return False
-        self._register(state)
+        self._register(state, peer_pid is not None)
         return True
 
-    def _register(self, state: RankState) -> None:
+    def _register(self, state: RankState, kernel_named: bool) -> None:
         """Hand the sender and its workers to the training collector: only a sender the kernel named (a PID a
         UDP datagram claims could be anyone's), and of the workers it names only its own descendants."""
-        if self.training is None or state.uid is None:
+        if self.training is None or not kernel_named:
             return
         snap = state.snapshot
         claimed = snap.loader.worker_pids if snap.loader is not None and state.same_pid_namespace else ()

@@ -81,7 +81,7 @@ class JobStore:
                 raise Rejected("stale", f"seq {snapshot.seq} <= {previous.snapshot.seq}")
             process = self._identify(previous, peer_pid, received)
             state = RankState(snapshot, pid, peer_pid is None or peer_pid == snapshot.pid, self._clock(),
-                              process, peer_uid if peer_pid is not None else None)
+                              process, peer_uid)
             ranks[snapshot.rank] = state
         return state
 
@@ -89,9 +89,9 @@ class JobStore:
         """Whether this sender may replace the rank's state: its owner, or anyone once the owner has exited."""
         if previous.uid is None:
             return True  # created over UDP: nobody's
-        if peer_pid is None:
+        if peer_uid is None:
             return False  # a UDP datagram carries no credentials
-        if peer_pid == previous.pid and peer_uid == previous.uid:
+        if peer_pid is not None and peer_pid == previous.pid and peer_uid == previous.uid:
             return True
         if previous.process is not None and self.processes is not None:
             return not self.processes.alive(previous.process)  # a restarted trainer takes over its rank
