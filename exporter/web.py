@@ -175,6 +175,10 @@ class WebServer:
             await self._exchange(reader, writer)
         except (OSError, ssl.SSLError, asyncio.TimeoutError, h11.LocalProtocolError) as err:
             log.debug("connection from %s dropped: %r", writer.get_extra_info("peername"), err)
+        except asyncio.CancelledError:
+            # Dropped to make room (``_admit``) or at shutdown. Ending normally keeps asyncio's stream callback,
+            # which asks the task for its exception, from logging a traceback for a routine event.
+            log.debug("connection from %s dropped to make room or at shutdown", writer.get_extra_info("peername"))
         finally:
             self._connections.discard(task)
             self._awaiting_head.pop(task, None)
