@@ -5,6 +5,8 @@
 Each probe starts a real exporter (``python -m exporter``) on a free loopback port, except ``bounds``, and
 prints what it measured:
 
+  load    50 keep-alive scrapers for 30 s against every default collector: answers by status (beyond
+          --web.max-requests, 40, a scrape is answered 503), latency, open file descriptors before and after.
   bounds  push series, scrape bytes (plain and gzip) and scrape time with the default --push.max-jobs and
           --push.max-ranks-per-job filled by one sender with every optional part (GPU, DataLoader).
   slow    scrape latency (median, max of 20) before and while ``--stalled`` connections have sent half a
@@ -23,6 +25,7 @@ import argparse
 import base64
 import http.client
 import json
+import os
 import random
 import re
 import socket
@@ -280,17 +283,53 @@ def probe_fuzz(count: int = 100_000) -> None:
             exporter.stop()
 
 
+def probe_load(scrapers: int = 50, seconds: float = 30.0) -> None:
+    exporter = ExporterProcess(["--push.disable"])  # every default collector
+    try:
+        exporter.wait_ready()
+        fds = len(os.listdir(f"/proc/{exporter.proc.pid}/fd"))
+        codes: dict[int, int] = {}
+        latencies: list[float] = []
+        lock = threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def scraper() -> None:
+            with requests.Session() as session:  # keep-alive, as Prometheus scrapes
+                while time.monotonic() < deadline:
+                    start = time.perf_counter()
+                    try:
+                        code = session.get(exporter.url + "/metrics", timeout=30).status_code
+                    except requests.RequestException:
+                        code = 0
+                    with lock:
+                        codes[code] = codes.get(code, 0) + 1
+                        latencies.append(time.perf_counter() - start)
+
+        with ThreadPoolExecutor(scrapers) as pool:
+            for _ in range(scrapers):
+                pool.submit(scraper)
+        after = len(os.listdir(f"/proc/{exporter.proc.pid}/fd"))
+        latencies.sort()
+        p99 = latencies[int(len(latencies) * 0.99)]
+        print(f"load: {scrapers} keep-alive scrapers for {seconds:.0f} s: {sum(codes.values())} scrapes {codes}, "
+              f"median {statistics.median(latencies) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; open fds {fds} before, "
+              f"{after} after; threads {threads(exporter.proc.pid)}")
+    finally:
+        exporter.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--probe", nargs="+", default=["bounds", "slow", "flood", "forge", "fuzz"],
-                        choices=["bounds", "slow", "flood", "forge", "fuzz"])
+    parser.add_argument("--probe", nargs="+", default=["bounds", "load", "slow", "flood", "forge", "fuzz"],
+                        choices=["bounds", "load", "slow", "flood", "forge", "fuzz"])
     parser.add_argument("--stalled", type=int, default=300)
     args = parser.parse_args()
     for probe in args.probe:
         if probe == "slow":
             probe_slow(args.stalled)
         else:
-            {"bounds": probe_bounds, "flood": probe_flood, "forge": probe_forge, "fuzz": probe_fuzz}[probe]()
+            {"bounds": probe_bounds, "load": probe_load, "flood": probe_flood, "forge": probe_forge,
+             "fuzz": probe_fuzz}[probe]()
 
 
 if __name__ == "__main__":
