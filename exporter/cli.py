@@ -28,7 +28,7 @@ from exporter.config import ConfigError, Parser, load_yaml
 from exporter.parts import build_collectors
 from exporter.status import Status, logs
 from exporter.training.registry import TrainingRegistry
-from exporter.web import parse_listen_address, serve, start_in_thread
+from exporter.web import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
 from exporter.webconfig import load_web_config
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Path under which to expose metrics (default: /metrics)")
     web.add_argument("--web.config.file", dest="web_config_file", default=None, metavar="FILE",
                      help="Exporter-toolkit web config: TLS, mutual TLS, basic auth (default: plain HTTP, no auth)")
+    web.add_argument("--web.max-requests", dest="max_requests", type=_max_requests, default=DEFAULT_MAX_REQUESTS,
+                     metavar="N", help="Scrapes served at once; more are answered 503, 0 means no limit "
+                     f"(default: {DEFAULT_MAX_REQUESTS})")
     web.add_argument("--web.disable-exporter-metrics", dest="disable_exporter_metrics", action="store_true",
                      help="Leave out the exporter's own process_* and python_* metrics")
     web.add_argument("--web.status-interval", dest="status_interval", type=_positive_seconds,
@@ -82,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     logging_group.add_argument("--log.format", dest="log_format", default="logfmt", choices=list(logs.FORMATS),
                                help="Log line format (default: logfmt)")
     return parser
+
+
+def _max_requests(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number (0 = no limit), got {value!r}")
+    return int(value)
 
 
 def _positive_seconds(text: str) -> float:
@@ -126,7 +135,7 @@ def run_exporter(argv: Sequence[str]) -> int:
 
     try:
         server = serve(args.listen_address, registry, args.telemetry_path, web_config, ready=status.ready,
-                       pages=status.pages())
+                       pages=status.pages(), max_requests=args.max_requests)
     except OSError as err:
         print(f"bottleneck-exporter: error: --web.listen-address={args.listen_address}: {err}", file=sys.stderr)
         parts.stop(running)

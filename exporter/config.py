@@ -8,7 +8,9 @@
         enabled: false
 
 Every error names the file, the key path and the problem: ``config.yml: collectors.disk.device-exclude: not a
-valid regular expression``, or the flag: ``--push.max-jobs: expected a positive whole number``. Every registered
+valid regular expression``, or the flag: ``--push.max-jobs: expected a positive whole number``; it never prints
+what the file holds beyond a key that looks like a setting name: the file may not be a config at all
+(``--config.file=/etc/shadow``). Every registered
 option (a collector's, the push receiver's) is resolved by ``option_values``: its registered default < the
 config file < its flag. ``Parser`` is the command line both ``bottleneck-exporter`` and ``diagnose`` use: no
 abbreviated flags, a close-match suggestion for a misspelled one, defaults shown as a user would type them.
@@ -38,12 +40,38 @@ def load_yaml(path: str) -> dict[str, Any]:
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(f"{path}: not valid YAML{_position(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+_SETTING_NAME = re.compile(r"[A-Za-z0-9_.@+-]{1,64}")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def shown_key(key: object) -> str:
+    """A key as an error message prints it: only when it looks like a setting (or user) name."""
+    text = str(key)
+    return text if _SETTING_NAME.fullmatch(text) else "<a key that is not a setting name>"
+
+
+def without_value(err: ValueError, value: object) -> str:
+    """A parser's message with the value it quotes cut out: a value read from a file is never printed."""
+    message = str(err)
+    for quoted in {repr(value), repr(str(value))}:
+        message = message.replace(f", got {quoted}", "").replace(f": {quoted}", "").replace(quoted, "the value")
+    return message
+
+
+def _position(err: yaml.YAMLError) -> str:
+    """Where parsing failed and why, without the snippet of the file PyYAML quotes."""
+    mark = getattr(err, "problem_mark", None)
+    problem = _QUOTED.sub("...", str(getattr(err, "problem", "") or ""))
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {problem}" if problem else where
 
 
 # Top-level sections and who owns them. Sections other than "collectors" are validated by their owners.
@@ -58,7 +86,7 @@ def collector_settings(
     at = f"{source}: " if source else ""
     for key in data:
         if key not in KNOWN_SECTIONS:
-            raise ConfigError(f"{at}{key}: unknown top-level key (known: {', '.join(KNOWN_SECTIONS)})"
+            raise ConfigError(f"{at}{shown_key(key)}: unknown top-level key (known: {', '.join(KNOWN_SECTIONS)})"
                               f"{did_you_mean(str(key), KNOWN_SECTIONS)}")
     section = data.get("collectors") or {}
     if not isinstance(section, dict):
@@ -77,7 +105,7 @@ def collector_settings(
             try:
                 enabled[name] = parse_bool(settings["enabled"])
             except ValueError as err:
-                raise ConfigError(f"{at}collectors.{name}.enabled: {err}") from None
+                raise ConfigError(f"{at}collectors.{name}.enabled: {without_value(err, settings['enabled'])}") from None
         options[name] = {key: value for key, value in settings.items() if key != "enabled"}
     return enabled, options
 
@@ -126,7 +154,7 @@ def check_keys(section: Mapping[str, Any], known: Iterable[str], where: str, wha
     known = list(known)
     for key in section:
         if key not in known:
-            raise ConfigError(f"{where}.{key}: unknown {what} (known: {', '.join(sorted(known))})"
+            raise ConfigError(f"{where}.{shown_key(key)}: unknown {what} (known: {', '.join(sorted(known))})"
                               f"{did_you_mean(str(key), known)}")
 
 
@@ -152,7 +180,9 @@ def option_values(options: Sequence[Option], section: Mapping[str, Any], where: 
         try:
             values[option.name] = option.parse(raw)
         except ValueError as err:
-            raise ConfigError(f"{origin}: {err}") from None
+            # A flag's value is the operator's own; a file's is never printed (the file may hold secrets).
+            message = str(err) if flag is not None else without_value(err, raw)
+            raise ConfigError(f"{origin}: {message}") from None
     return values, given
 
 

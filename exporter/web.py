@@ -1,21 +1,42 @@
 """The HTTP side: ``/metrics`` (the telemetry path), a landing page on ``/``, ``/-/healthy`` and ``/-/ready``.
 
-Served by a threading HTTP server so a slow scraper never blocks another; with TLS the handshake runs
-in the connection's own thread for the same reason.
+HTTP/1.1 with keep-alive: h11 parses and frames every message, an asyncio event loop in one thread moves
+the bytes, so a connection costs a file descriptor, never a thread. A client that connects and stalls (half a
+request line, no TLS handshake, a response it never reads) holds nothing a scrape needs, and is dropped at its
+deadline. Bounds, node_exporter's where it has one:
+
+- the TLS handshake and the first request head must arrive within 10 s; a kept-alive connection may idle
+  120 s between requests; a response must be taken within 30 s;
+- at most 512 connections; one more drops whichever has waited longest for a request head;
+- scrapes run in 4 threads; ``--web.max-requests`` (default 40, 0 = no limit) bounds those in flight, and
+  more are answered 503, as node_exporter does;
+- bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address; more are
+  answered 503, so a flood of wrong passwords costs one core at most and holds one place per address, and a
+  scraper whose credentials were verified once never waits for it (``webconfig.WebConfig``).
+
+Routes are a table (``routes``): a path, its handler, whether it answers without credentials and whether it
+blocks (runs in a scrape thread). Exposes nothing itself; ``/metrics`` answers, e.g.::
+
+    bottleneck_scrape_collector_success{collector="cpu"} 1.0
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import gzip
 import html
+import http
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
 
+import h11
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
@@ -23,6 +44,19 @@ from exporter import __version__
 from exporter.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_REQUESTS = 40  # node_exporter's --web.max-requests default
+
+_HANDSHAKE_SECONDS = 10.0
+_FIRST_HEAD_SECONDS = 10.0
+_IDLE_SECONDS = 120.0  # longer than Prometheus' default 1m scrape interval, so its connection is reused
+_WRITE_SECONDS = 30.0
+_MAX_CONNECTIONS = 512  # well under systemd's default 1024 open files
+_BACKLOG = 512
+_MAX_HEAD_BYTES = 16 * 1024
+_READ_BYTES = 64 * 1024
+_SCRAPE_THREADS = 4  # collection holds the GIL most of the time: more threads would not scrape faster
+_PASSWORD_CHECKS_WAITING = 8
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -33,27 +67,269 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    ssl_context: ssl.SSLContext | None = None
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = super().get_request()
-        if self.ssl_context is not None:
-            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
+# -- what each path answers ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]  # names in lower case
+    client: str = ""  # the peer's address, without the port
 
 
-class _V6Server(_Server):
-    address_family = socket.AF_INET6
+@dataclasses.dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-class _DualStackServer(_V6Server):
-    """``:9847`` means every address, IPv6 as well as IPv4, as it does for node_exporter (Go's listener)."""
+@dataclasses.dataclass(frozen=True)
+class Route:
+    handler: Callable[[Request], Response]
+    public: bool = False  # answered without credentials: orchestrators probe health without them
+    blocking: bool = False  # runs in a scrape thread and counts against --web.max-requests
 
-    def server_bind(self) -> None:
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+
+def text(status: int, body: str) -> Response:
+    return Response(status, body.encode())
+
+
+def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool],
+           pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None) -> dict[str, Route]:
+    """The endpoints; ``pages`` (path → a function returning body and content type, e.g. the status page on
+    ``/``) replace the plain landing page. They run in a scrape thread: the status page may evaluate verdicts."""
+    def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        body = encoder(registry)
+        # Prometheus asks for gzip; a full scrape shrinks ~8x, which matters on a busy node's NIC.
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(200, gzip.compress(body, compresslevel=1), content_type, (("Content-Encoding", "gzip"),))
+        return Response(200, body, content_type)
+
+    def page(render: Callable[[], tuple[bytes, str]]) -> Route:
+        return Route(lambda _: Response(200, *render()), blocking=True)
+
+    return {
+        "/-/healthy": Route(lambda _: text(200, "Healthy.\n"), public=True),
+        "/-/ready": Route(lambda _: text(200, "Ready.\n") if ready() else text(503, "Not ready.\n"), public=True),
+        "/": Route(lambda _: Response(200, _landing_page(telemetry_path), "text/html; charset=utf-8")),
+        **{path: page(render) for path, render in (pages or {}).items()},
+        telemetry_path: Route(metrics, blocking=True),
+    }
+
+
+# -- the server ----------------------------------------------------------------------------------------
+class WebServer:
+    """Serves ``routes`` on a bound listening socket; ``serve_forever`` in one thread, ``shutdown`` from another."""
+
+    def __init__(self, sock: socket.socket, table: dict[str, Route], web: WebConfig,
+                 max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
+        self.socket = sock
+        self.server_address = sock.getsockname()
+        self.routes = table
+        self.web = web
+        self.max_requests = max_requests
+        self._scrapes = ThreadPoolExecutor(_SCRAPE_THREADS, thread_name_prefix="http-scrape")
+        self._passwords = ThreadPoolExecutor(1, thread_name_prefix="http-bcrypt")
+        self._in_flight = 0
+        self._password_checks: dict[str, int] = {}  # client address → checks waiting or running
+        self._connections: set[asyncio.Task[None]] = set()
+        self._awaiting_head: dict[asyncio.Task[None], float] = {}  # connection → since when (monotonic)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._stopped = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._scrapes.shutdown(wait=False, cancel_futures=True)
+            self._passwords.shutdown(wait=False, cancel_futures=True)
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serving and close the listening socket; waits (5 s at most) for the loop to end."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already ended
+                loop.call_soon_threadsafe(stop.set)
+            self._stopped.wait(timeout=5)
+        self.socket.close()
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        tls = self.web.ssl_context
+        server = await asyncio.start_server(
+            self._connection, sock=self.socket, ssl=tls, backlog=_BACKLOG,
+            ssl_handshake_timeout=_HANDSHAKE_SECONDS if tls is not None else None)
+        async with server:
+            await self._stop.wait()
+        for task in list(self._connections):
+            task.cancel()
+
+    # -- one connection --------------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._admit(task)
+        try:
+            if self.web.ssl_context is not None and not self.web.client_allowed(writer.get_extra_info("peercert")):
+                log.debug("connection from %s refused: client certificate has none of the allowed SANs",
+                          writer.get_extra_info("peername"))
+                return
+            await self._exchange(reader, writer)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, h11.LocalProtocolError) as err:
+            log.debug("connection from %s dropped: %r", writer.get_extra_info("peername"), err)
+        except asyncio.CancelledError:
+            # Dropped to make room (``_admit``) or at shutdown. Ending normally keeps asyncio's stream callback,
+            # which asks the task for its exception, from logging a traceback for a routine event.
+            log.debug("connection from %s dropped to make room or at shutdown", writer.get_extra_info("peername"))
+        finally:
+            self._connections.discard(task)
+            self._awaiting_head.pop(task, None)
+            if not writer.is_closing():
+                writer.transport.abort()
+
+    def _admit(self, task: asyncio.Task[None]) -> None:
+        """Count the connection in; at the bound, drop the one that has waited longest for a request head
+        (a stalled client, or an idle kept-alive one that will simply reconnect)."""
+        if len(self._connections) >= _MAX_CONNECTIONS and self._awaiting_head:
+            oldest = min(self._awaiting_head, key=self._awaiting_head.__getitem__)
+            oldest.cancel()
+            self._connections.discard(oldest)
+            self._awaiting_head.pop(oldest)
+        self._connections.add(task)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Requests and responses on one connection until either side closes it or a deadline passes."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        task = asyncio.current_task()
+        assert task is not None
+        deadline = _FIRST_HEAD_SECONDS
+        while True:
+            self._awaiting_head[task] = time.monotonic()
+            try:
+                request = await asyncio.wait_for(_read_request(conn, reader, _client(writer)), deadline)
+            except h11.RemoteProtocolError as err:
+                await self._send(conn, writer, "GET", text(err.error_status_hint, "Bad request.\n"))
+                break
+            finally:
+                self._awaiting_head.pop(task, None)
+            if request is None:
+                break
+            await self._answer(conn, writer, request)
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                break  # the client asked to close, or sent a body we did not read
+            conn.start_next_cycle()
+            deadline = _IDLE_SECONDS
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), _WRITE_SECONDS)
+
+    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, method: str,
+                    response: Response) -> None:
+        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
+                   ("Server", f"bottleneck-exporter/{__version__}"), *response.headers, *self.web.headers.items()]
+        writer.write(conn.send(h11.Response(status_code=response.status, headers=headers,
+                                            reason=http.HTTPStatus(response.status).phrase.encode())))
+        if method != "HEAD":
+            writer.write(conn.send(h11.Data(data=response.body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await asyncio.wait_for(writer.drain(), _WRITE_SECONDS)
+
+    # -- one request -----------------------------------------------------------------------------------
+    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, request: Request) -> None:
+        """Respond; a blocking route holds its place in ``--web.max-requests`` until its response is sent,
+        so that clients that never read cannot pile up scrapes in memory."""
+        route = self.routes.get(request.path)
+        if route is None or not route.blocking:
+            await self._send(conn, writer, request.method, await self._respond(request, route))
+            return
+        if self.max_requests and self._in_flight >= self.max_requests:
+            refused = text(503, f"Limit of concurrent requests reached ({self.max_requests}), try again later.\n")
+            await self._send(conn, writer, request.method, refused)
+            return
+        self._in_flight += 1
+        try:
+            await self._send(conn, writer, request.method, await self._respond(request, route))
+        finally:
+            self._in_flight -= 1
+
+    async def _respond(self, request: Request, route: Route | None) -> Response:
+        if route is None or not route.public:
+            refused = await self._authenticate(request)
+            if refused is not None:
+                return refused
+        if route is None:
+            return text(404, "Not found.\n")
+        if request.method not in ("GET", "HEAD"):
+            return Response(405, b"Method not allowed.\n", headers=(("Allow", "GET, HEAD"),))
+        if not route.blocking:
+            return _call(route.handler, request)
+        return await asyncio.get_running_loop().run_in_executor(self._scrapes, _call, route.handler, request)
+
+    async def _authenticate(self, request: Request) -> Response | None:
+        """None when the request may proceed, else the response refusing it."""
+        header = request.headers.get("authorization")
+        verdict = self.web.cached_verdict(header)
+        if verdict is None:
+            # One check at a time per client address: a flood from one address holds one place in the queue,
+            # so a scraper elsewhere whose password is not verified yet still gets its turn.
+            client = request.client
+            if client in self._password_checks or sum(self._password_checks.values()) >= _PASSWORD_CHECKS_WAITING:
+                return text(503, "Too many password checks at once, try again later.\n")
+            self._password_checks[client] = 1
+            try:
+                verdict = await asyncio.get_running_loop().run_in_executor(self._passwords, self.web.verify, header)
+            finally:
+                del self._password_checks[client]
+        if verdict:
+            return None
+        return Response(401, b"Unauthorized.\n", headers=(("WWW-Authenticate", 'Basic realm="bottleneck-exporter"'),))
+
+
+async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader, client: str) -> Request | None:
+    """The next request head, or None when the client closed the connection. A request with a body leaves
+    the connection unable to continue, so it is closed after the response."""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(_READ_BYTES))
+            continue
+        if isinstance(event, h11.Request):
+            conn.next_event()  # the EndOfMessage of a request without a body, at once
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+            target = event.target.decode("latin-1")
+            return Request(event.method.decode("latin-1"), target.split("?", 1)[0], headers, client)
+        return None  # ConnectionClosed (or PAUSED, which only follows a request)
+
+
+def _client(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+def _call(handler: Callable[[Request], Response], request: Request) -> Response:
+    try:
+        return handler(request)
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return text(500, "Internal server error.\n")
+
+
+# -- binding ---------------------------------------------------------------------------------------------
+def bind(address: str) -> socket.socket:
+    """A listening socket for ``[host]:port``; ``:port`` means every address, IPv6 as well as IPv4, as it
+    does for node_exporter (Go's listener). Raises OSError."""
+    host, port = parse_listen_address(address)
+    if not host:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("::", port), family=socket.AF_INET6, backlog=_BACKLOG,
+                                        dualstack_ipv6=True)
+        host = "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=_BACKLOG)
 
 
 def serve(
@@ -62,92 +338,15 @@ def serve(
     telemetry_path: str = "/metrics",
     web_config: WebConfig | None = None,
     ready: Callable[[], bool] = lambda: True,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
     pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None,
-) -> ThreadingHTTPServer:
-    """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``).
-
-    ``pages``: path → a function returning (body, content type), e.g. the status page on ``/``."""
-    routes = dict(pages or {})
-    web = web_config or WebConfig()
-    host, port = parse_listen_address(address)
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"bottleneck-exporter/{__version__}"
-
-        def handle(self) -> None:
-            # The handshake runs here, not in setup(): socketserver prints a raw traceback to stderr for
-            # anything setup() raises, and a client without a certificate (or speaking plain HTTP to the
-            # TLS port) is routine, not a crash.
-            try:
-                if isinstance(self.connection, ssl.SSLSocket):
-                    self.connection.settimeout(10)
-                    self.connection.do_handshake()
-                    self.connection.settimeout(None)
-                    if not web.client_allowed(self.connection.getpeercert()):
-                        log.debug("connection from %s refused: client certificate has none of the allowed "
-                                  "SANs", self.client_address)
-                        return
-                super().handle()
-            except (ssl.SSLError, ConnectionError, TimeoutError) as err:
-                log.debug("connection from %s dropped: %s", self.client_address, err)
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            # Health endpoints stay open so orchestrators can probe without credentials, as Prometheus does.
-            if path == "/-/healthy":
-                return self._send(200, b"Healthy.\n", "text/plain; charset=utf-8")
-            if path == "/-/ready":
-                if ready():
-                    return self._send(200, b"Ready.\n", "text/plain; charset=utf-8")
-                return self._send(503, b"Not ready.\n", "text/plain; charset=utf-8")
-            if not web.authorized(self.headers.get("Authorization")):
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="bottleneck-exporter"')
-                self.send_header("Content-Length", "0")
-                self._extra_headers()
-                self.end_headers()
-                return None
-            if path == telemetry_path:
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                body = encoder(registry)
-                # Prometheus asks for gzip; a full scrape shrinks ~8x, which matters on a busy node's NIC.
-                if "gzip" in self.headers.get("Accept-Encoding", ""):
-                    return self._send(200, gzip.compress(body, compresslevel=1), content_type, gzipped=True)
-                return self._send(200, body, content_type)
-            if path in routes:
-                return self._send(200, *routes[path]())
-            if path == "/":
-                return self._send(200, _landing_page(telemetry_path), "text/html; charset=utf-8")
-            return self._send(404, b"Not found.\n", "text/plain; charset=utf-8")
-
-        def _extra_headers(self) -> None:
-            for key, value in web.headers.items():
-                self.send_header(key, value)
-
-        def _send(self, status: int, body: bytes, content_type: str, gzipped: bool = False) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            if gzipped:
-                self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(body)))
-            self._extra_headers()
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.client_address[0], *args)
-
-    server_class: type[_Server] = _Server
-    if ":" in host:
-        server_class = _V6Server
-    elif not host and socket.has_dualstack_ipv6():
-        server_class, host = _DualStackServer, "::"
-    server = server_class((host, port), Handler)
-    server.ssl_context = web.ssl_context
-    return server
+) -> WebServer:
+    """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``)."""
+    return WebServer(bind(address), routes(registry, telemetry_path, ready, pages), web_config or WebConfig(),
+                     max_requests)
 
 
-def start_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+def start_in_thread(server: WebServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     return thread

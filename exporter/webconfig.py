@@ -23,11 +23,13 @@ import hmac
 import os
 import ssl
 import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 import bcrypt
 
-from exporter.config import ConfigError, load_yaml
+from exporter.config import ConfigError, load_yaml, shown_key
 
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -58,6 +60,16 @@ _SETTABLE_HEADERS = {
 }
 
 
+# Remembered password checks. Verified credentials: Prometheus scrapes every few seconds with the same ones.
+# Refused credentials: at most one bcrypt per distinct credential per interval, however often it is retried.
+_VERIFIED_KEPT = 64
+_REFUSED_KEPT = 4096
+_REFUSED_SECONDS = 60.0
+# bcrypt cost 10 takes ~86 ms here and every step doubles it; above 14 (~1.4 s) a first scrape, and every
+# distinct wrong password, would hold the one password-checking thread for seconds.
+MAX_BCRYPT_COST = 14
+
+
 @dataclasses.dataclass
 class WebConfig:
     ssl_context: ssl.SSLContext | None = None
@@ -67,35 +79,55 @@ class WebConfig:
     # Checked against for unknown users: as slow as the slowest configured hash, so that a user name
     # cannot be probed by timing.
     dummy_hash: bytes = b""
-    _verified: set[bytes] = dataclasses.field(default_factory=set)
+    _verified: OrderedDict[bytes, None] = dataclasses.field(default_factory=OrderedDict)
+    _refused: OrderedDict[bytes, float] = dataclasses.field(default_factory=OrderedDict)  # → until (monotonic)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def authorized(self, authorization_header: str | None) -> bool:
         """Check an ``Authorization: Basic ...`` header; True when basic auth is not configured."""
+        verdict = self.cached_verdict(authorization_header)
+        return verdict if verdict is not None else self.verify(authorization_header)
+
+    def cached_verdict(self, authorization_header: str | None) -> bool | None:
+        """The answer when it needs no bcrypt (no auth configured, a malformed header, credentials verified
+        or refused lately), else None: then ``verify`` runs bcrypt."""
         if not self.basic_auth_users:
             return True
-        if not authorization_header or not authorization_header.startswith("Basic "):
+        credential = _credential(authorization_header)
+        if credential is None:
             return False
-        try:
-            user, _, password = base64.b64decode(authorization_header[6:], validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        hashed = self.basic_auth_users.get(user)
-        if hashed is None:
-            bcrypt.checkpw(b"x", self.dummy_hash)
-            return False
-        # bcrypt is deliberately slow (~50 ms at cost 10); Prometheus scrapes every few seconds with the
-        # same credentials, so remember successful checks by a keyed digest, never the password itself.
-        token = hmac.new(_CACHE_KEY, f"{user}\0{password}".encode() + hashed, hashlib.sha256).digest()
+        token = self._token(*credential)
         with self._lock:
             if token in self._verified:
                 return True
-        if not bcrypt.checkpw(password.encode(), hashed):
-            return False
-        with self._lock:
-            self._verified.add(token)
-        return True
+            until = self._refused.get(token)
+            if until is not None and until > time.monotonic():
+                return False
+        return None
 
+    def verify(self, authorization_header: str | None) -> bool:
+        """Check with bcrypt (slow by design) and remember the answer."""
+        verdict = self.cached_verdict(authorization_header)  # the same credential may have been checked meanwhile
+        if verdict is not None:
+            return verdict
+        user, password = _credential(authorization_header) or ("", "")
+        hashed = self.basic_auth_users.get(user)
+        try:
+            matches = bcrypt.checkpw(password.encode(), hashed or self.dummy_hash) and hashed is not None
+        except ValueError:  # bcrypt refuses passwords over 72 bytes: no configured password is one of them
+            matches = False
+        token = self._token(user, password)
+        with self._lock:
+            if matches:
+                _remember(self._verified, token, None, _VERIFIED_KEPT)
+            else:
+                _remember(self._refused, token, time.monotonic() + _REFUSED_SECONDS, _REFUSED_KEPT)
+        return matches
+
+    def _token(self, user: str, password: str) -> bytes:
+        """A keyed digest of the credential: the caches never hold a password."""
+        hashed = self.basic_auth_users.get(user, b"")
+        return hmac.new(_CACHE_KEY, f"{user}\0{password}".encode() + hashed, hashlib.sha256).digest()
 
     def client_allowed(self, peer_certificate: dict[str, Any] | None) -> bool:
         """With ``client_allowed_sans``: whether the verified client certificate carries one of them (DNS
@@ -107,6 +139,23 @@ class WebConfig:
 
 
 _CACHE_KEY = os.urandom(32)
+
+
+def _credential(authorization_header: str | None) -> tuple[str, str] | None:
+    if not authorization_header or not authorization_header.startswith("Basic "):
+        return None
+    try:
+        user, _, password = base64.b64decode(authorization_header[6:], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return user, password
+
+
+def _remember(cache: OrderedDict[bytes, Any], token: bytes, value: Any, kept: int) -> None:
+    cache[token] = value
+    cache.move_to_end(token)
+    while len(cache) > kept:
+        cache.popitem(last=False)
 
 
 def _require_mapping(value: Any, where: str) -> dict[str, Any]:
@@ -121,20 +170,23 @@ def load_web_config(path: str) -> WebConfig:
     data = load_yaml(path)
     for key in data:
         if key not in _TOP_KEYS:
-            raise ConfigError(f"{path}: {key}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+            raise ConfigError(f"{path}: {shown_key(key)}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
     base = os.path.dirname(os.path.abspath(path))
     config = WebConfig()
 
     users = _require_mapping(data.get("basic_auth_users"), f"{path}: basic_auth_users")
     for user, hashed in users.items():
-        where = f"{path}: basic_auth_users.{user}"
+        where = f"{path}: basic_auth_users.{shown_key(user)}"
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
             raise ConfigError(f"{where}: must be a bcrypt hash ($2y$...), not a plain password")
+        if not hashed[4:6].isdigit() or not 4 <= int(hashed[4:6]) <= MAX_BCRYPT_COST:
+            raise ConfigError(f"{where}: bcrypt cost must be 4 to {MAX_BCRYPT_COST} (htpasswd -nBC 10): each "
+                              "step doubles the time every new or wrong password takes to check")
         # bcrypt's C library knows $2a$/$2b$; htpasswd writes $2y$, the same algorithm.
         config.basic_auth_users[str(user)] = ("$2b$" + hashed[4:]).encode()
     if config.basic_auth_users:
-        cost = max(int(h[4:6]) if h[4:6].isdigit() else 10 for h in config.basic_auth_users.values())
-        config.dummy_hash = bcrypt.hashpw(b"dummy", bcrypt.gensalt(rounds=min(max(cost, 4), 31)))
+        cost = max(int(h[4:6]) for h in config.basic_auth_users.values())
+        config.dummy_hash = bcrypt.hashpw(b"dummy", bcrypt.gensalt(rounds=cost))
 
     http = _require_mapping(data.get("http_server_config"), f"{path}: http_server_config")
     for key, value in http.items():
@@ -142,10 +194,10 @@ def load_web_config(path: str) -> WebConfig:
             config.headers = {str(k): str(v) for k, v in _require_mapping(value, f"{path}: headers").items()}
             for header in config.headers:
                 if header not in _SETTABLE_HEADERS:
-                    raise ConfigError(f"{path}: http_server_config.headers.{header}: not one of "
+                    raise ConfigError(f"{path}: http_server_config.headers.{shown_key(header)}: not one of "
                                       f"{', '.join(sorted(_SETTABLE_HEADERS))}")
         elif key != "http2":
-            raise ConfigError(f"{path}: http_server_config.{key}: unknown key (known: headers, http2)")
+            raise ConfigError(f"{path}: http_server_config.{shown_key(key)}: unknown key (known: headers, http2)")
 
     tls = _require_mapping(data.get("tls_server_config"), f"{path}: tls_server_config")
     if tls:
@@ -171,7 +223,7 @@ def _ssl_context(tls: dict[str, Any], base: str, where: str) -> ssl.SSLContext:
             raise ConfigError(f"{where}.{key}: not supported by bottleneck-exporter (Python's ssl applies "
                               "OpenSSL's cipher and curve choices); remove it")
         if key not in _TLS_KEYS:
-            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_TLS_KEYS))})")
+            raise ConfigError(f"{where}.{shown_key(key)}: unknown key (known: {', '.join(sorted(_TLS_KEYS))})")
     for key in ("cert_file", "key_file"):
         if not tls.get(key):
             raise ConfigError(f"{where}.{key}: missing (TLS needs both cert_file and key_file)")
@@ -187,13 +239,13 @@ def _ssl_context(tls: dict[str, Any], base: str, where: str) -> ssl.SSLContext:
     for key, attr in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
         if key in tls:
             if tls[key] not in _TLS_VERSIONS:
-                raise ConfigError(f"{where}.{key}: {tls[key]!r} is not one of {', '.join(_TLS_VERSIONS)}")
+                raise ConfigError(f"{where}.{key}: not one of {', '.join(_TLS_VERSIONS)}")
             setattr(ctx, attr, _TLS_VERSIONS[tls[key]])
     if "min_version" not in tls:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     auth_type = tls.get("client_auth_type", "NoClientCert")
     if auth_type not in _CLIENT_AUTH:
-        raise ConfigError(f"{where}.client_auth_type: {auth_type!r} is not one of {', '.join(_CLIENT_AUTH)}")
+        raise ConfigError(f"{where}.client_auth_type: not one of {', '.join(_CLIENT_AUTH)}")
     if "client_ca_file" in tls:
         try:
             ctx.load_verify_locations(resolve("client_ca_file"))

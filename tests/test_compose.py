@@ -75,6 +75,8 @@ def test_exporter_command_is_valid_flags() -> None:
     # Training scripts on the host find the socket where the hook looks first, without configuration.
     socket_dir = str(Path(DEFAULT_SOCKET).parent)
     assert args.push_socket == DEFAULT_SOCKET and volumes[socket_dir] == socket_dir
+    # Regression: mode 0666 let every user of the machine push; now the exporter's group (gid 10001) only.
+    assert int(args.push_socket_mode, 8) & 0o007 == 0, args.push_socket_mode
 
 
 def test_prometheus_config_passes_promtool_with_the_mounted_rules(tmp_path: Path) -> None:

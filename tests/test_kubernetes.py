@@ -232,10 +232,11 @@ def test_configmap_is_accepted_by_the_real_exporter(tmp_path: Path, start_export
                                              for v in daemonset["spec"]["template"]["spec"]["volumes"]}
     config = tmp_path / "config.yml"
     config.write_text(configmap["data"]["config.yml"])
+    mode = build_parser().parse_args(exporter_args()).push_socket_mode
     exporter = start_exporter([f"--config.file={config}", f"--push.socket={tmp_path / 'push.sock'}",
-                               "--push.socket-mode=0666"])
+                               f"--push.socket-mode={mode}"])
     assert requests.get(f"{exporter.url}/-/ready", timeout=5).status_code == 200
-    assert (tmp_path / "push.sock").stat().st_mode & 0o777 == 0o666
+    assert (tmp_path / "push.sock").stat().st_mode & 0o777 == int(mode, 8)
 
 
 def test_daemonset_mounts_the_kubelet_pod_resources_directory_read_only_and_no_more() -> None:
@@ -336,3 +337,12 @@ def test_servicemonitor_drops_the_exporter_pods_own_pod_and_container_target_lab
     (endpoint,) = by_kind(render("base"), "ServiceMonitor")["spec"]["endpoints"]
     drops = [r for r in endpoint["relabelings"] if r["action"] == "labeldrop"]
     assert [r["regex"] for r in drops] == ["pod|container"]
+
+
+def test_push_socket_is_not_writable_by_every_user_of_the_node() -> None:
+    """Regression: the socket was created with mode 0666, so any pod (any user in one) that reached the
+    hostPath could push. Now only the exporter's group: pods add it to their supplementalGroups."""
+    args = build_parser().parse_args(exporter_args())
+    assert int(args.push_socket_mode, 8) & 0o007 == 0, args.push_socket_mode
+    spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsGroup"] == 10001, "docs/deploy.md tells training pods to add this group"

@@ -38,7 +38,9 @@ def test_push_and_collector_options_take_one_precedence_default_file_flag(tmp_pa
     file_config = {"push": {"max-jobs": 5, "job-expiry": "90s"}, "collectors": {"gpu": {"max-processes": 3}}}
     gpu = [f"--collector.gpu.profile={PROFILE}", "--collector.gpu"]
     parts = _parts(tmp_path, gpu)
-    assert (parts[PUSH].store.max_jobs, parts[PUSH].store.expiry, parts["gpu"].max_processes) == (32, 600.0, 5)
+    defaults = {option.name: option.default for option in push_settings.OPTIONS}
+    assert (parts[PUSH].store.max_jobs, parts[PUSH].store.expiry, parts["gpu"].max_processes) == \
+        (defaults["max-jobs"], 600.0, 5)
     _stop(parts)
     parts = _parts(tmp_path, gpu, file_config)
     assert (parts[PUSH].store.max_jobs, parts[PUSH].store.expiry, parts["gpu"].max_processes) == (5, 90.0, 3)

@@ -230,6 +230,32 @@ def test_a_flood_of_distinct_job_names_keeps_memory_bounded():
     assert growth < 64 * 1024, growth
 
 
+def full_payload(job: str, rank: int) -> dict[str, Any]:
+    """A datagram with every optional part (GPU, DataLoader): the most series one rank can add."""
+    payload = hook_payload(job=job)
+    payload["rank"] = rank
+    payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
+                      "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
+                      "memory_peak_bytes": 1.5e9}
+    return payload
+
+
+def test_default_bounds_keep_one_local_user_to_a_node_sized_scrape():
+    """Regression: the defaults (32 jobs x 64 ranks) let one local user add 84k series and a 5.9 MB, 1.2 s
+    scrape, while a node runs a handful of ranks. At the defaults now: 8 jobs x 16 ranks."""
+    conf = push_settings.settings(parse([]), {})
+    rx = PushReceiver(JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"]))
+    for job in range(40):
+        for rank in range(80):
+            rx.handle(encode(full_payload(f"job-{job}", rank)))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    text = generate_latest(registry)
+    series = [line for line in text.decode().splitlines() if line and not line.startswith("#")]
+    assert len(rx.store.ranks()) == 8 * 16
+    assert len(series) < 6000 and len(text) < 1_500_000, (len(series), len(text))
+
+
 def test_ranks_per_job_are_bounded():
     rx = receiver(max_ranks=4)
     payload = hook_payload()
@@ -244,11 +270,11 @@ def test_silent_job_expires_and_its_process_is_forgotten():
     now = [1000.0]
     training = TrainingRegistry()
     rx = receiver(expiry=60.0, clock=lambda: now[0], training=training)
-    assert rx.handle(encode(hook_payload(job="old")))
+    me = {"peer_pid": os.getpid(), "peer_uid": os.getuid()}
+    assert rx.handle(encode(hook_payload(job="old")), **me)
     assert [p.job for p in training.processes()] == ["old"]
-    assert training.processes()[0].worker_pids == (os.getpid(),)
     now[0] += 30
-    assert rx.handle(encode(hook_payload(job="fresh")))
+    assert rx.handle(encode(hook_payload(job="fresh")), **me)
     now[0] += 31
     rx._expire()
     assert [s.snapshot.job for s in rx.store.ranks()] == ["fresh"]
@@ -281,8 +307,9 @@ sys.stdin.read()
 """
 
 
-def silent_trainer(address: str, job: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _SILENT_TRAINER, address, json.dumps(hook_payload(job=job))],
+def silent_trainer(address: str, job: str, steps: int = 3) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _SILENT_TRAINER, address,
+                             json.dumps(hook_payload(job=job, steps=steps))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
@@ -348,6 +375,98 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
         for proc in procs:
             proc.kill()
             proc.communicate()
+
+
+# -- who may push what ------------------------------------------------------------------------------------------
+def steps_of(rx: PushReceiver, job: str) -> float | None:
+    return sample(rx, "bottleneck_train_steps_total", job=job, rank="0")
+
+
+@pytest.mark.live
+def test_another_sender_cannot_reset_a_rank_it_does_not_own(tmp_path):
+    """Regression: a datagram from any other writer of the socket replaced the rank (steps_total 128 → 1, a
+    counter reset Prometheus believed). A rank belongs to its sender until that process exits."""
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")), TrainingRegistry())
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=128))
+        wait_for(lambda: steps_of(rx, "resnet") == 128, "the owner's datagram")
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=1))
+        wait_for(lambda: rx.rejected()["not_owner"] == 1, "the other sender's datagram to be refused")
+        assert steps_of(rx, "resnet") == 128
+        assert sample(rx, "bottleneck_push_rejected_total", reason="not_owner") == 1
+        procs[0].communicate("")  # the owner exits: a restarted trainer takes its rank over
+        procs.append(silent_trainer(f"unix://{path}", "resnet", steps=2))
+        wait_for(lambda: steps_of(rx, "resnet") == 2, "the restarted trainer's datagram")
+    finally:
+        rx.stop()
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_udp_datagram_cannot_touch_a_rank_owned_over_the_unix_socket():
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")))
+    payload = hook_payload(steps=5)
+    assert rx.handle(encode(payload), peer_pid=os.getpid(), peer_uid=os.getuid())
+    payload["seq"] += 1
+    assert not rx.handle(encode(hook_payload(steps=1)))
+    assert rx.rejected()["not_owner"] == 1 and steps_of(rx, "job-a") == 5
+
+
+def test_without_liveness_only_the_owners_user_takes_a_rank_over():
+    # Where /proc cannot tell whether the owner runs (another PID namespace), a restart by the same user is
+    # let in; another user waits for the rank to expire.
+    rx = receiver()
+    assert rx.handle(encode(hook_payload(steps=5)), peer_pid=4242, peer_uid=1000)
+    assert not rx.handle(encode(hook_payload(steps=1)), peer_pid=4343, peer_uid=1001)
+    assert rx.rejected()["not_owner"] == 1 and steps_of(rx, "job-a") == 5
+    assert rx.handle(encode(hook_payload(steps=2)), peer_pid=4343, peer_uid=1000)
+    assert steps_of(rx, "job-a") == 2
+
+
+def test_a_sender_the_kernel_cannot_name_is_held_to_its_uid_and_attributed_nothing():
+    # PID 0 from SCM_CREDENTIALS: the trainer lives in a PID namespace the exporter cannot see into.
+    training = TrainingRegistry()
+    rx = receiver(training=training)
+    assert rx.handle(encode(hook_payload(steps=5)), peer_pid=None, peer_uid=1000)
+    assert not rx.handle(encode(hook_payload(steps=1)), peer_pid=None, peer_uid=1001)
+    assert not rx.handle(encode(hook_payload(steps=1)))  # UDP
+    assert rx.rejected()["not_owner"] == 2 and steps_of(rx, "job-a") == 5
+    assert training.processes() == [], "the PID in the datagram is only a claim"
+
+
+def test_pids_a_udp_datagram_claims_are_not_attributed_to_it():
+    """Regression: any writer could claim PID 1 as its trainer or workers, and the exporter (root) published
+    that process's /proc under the forger's job. Without kernel credentials nothing is attributed."""
+    training = TrainingRegistry()
+    rx = receiver(training=training)
+    payload = hook_payload()
+    payload["pid"], payload["loader"]["worker_pids"] = 1, [1]
+    assert rx.handle(encode(payload))
+    assert steps_of(rx, "job-a") == 3 and training.processes() == []
+
+
+@pytest.mark.live
+def test_worker_pids_that_do_not_descend_from_the_sender_are_ignored():
+    """Regression: a datagram's worker PIDs were taken as they came, taking other trainers' workers (or PID 1)
+    away from their owner. Only the sender's descendants count."""
+    training = TrainingRegistry()
+    rx = PushReceiver(JobStore(8, 4, expiry=600.0, processes=ProcessTable("/proc")), training)
+    worker = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        payload = hook_payload()
+        payload["pid"] = os.getpid()
+        # PID 1, this process's parent, and a PID beyond pid_max (no such process).
+        payload["loader"]["worker_pids"] = [worker.pid, 1, os.getppid(), (1 << 22) + 1]
+        assert rx.handle(encode(payload), peer_pid=os.getpid(), peer_uid=os.getuid())
+        assert training.processes()[0].worker_pids == (worker.pid,)
+    finally:
+        worker.kill()
+        worker.communicate()
 
 
 def fake_procfs(root: Path, self_pid: int, processes: dict[int, tuple[str, int]]) -> str:
@@ -495,7 +614,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_settings_precedence_default_file_flag():
     conf = push_settings.settings(parse([]), {})
     assert (conf["socket"], conf["socket-mode"], conf["max-jobs"], conf["job-expiry"]) == \
-        ("/run/bottleneck-exporter/push.sock", 0o660, 32, 600.0)
+        ("/run/bottleneck-exporter/push.sock", 0o660, 8, 600.0)
     assert conf["listen-udp"] is None and not conf["disable"] and not conf["socket_given"]
     from_file = {"push": {"max-jobs": 5, "job-expiry": "90s", "socket-mode": 0o600, "listen-udp": "[::1]:9999"}}
     conf = push_settings.settings(parse(["--push.max-jobs=7"]), from_file)

@@ -10,6 +10,10 @@ once a datagram gets through::
 
 Fork-safe: a forked child (a DataLoader worker) never sends, checked by PID and by ``os.register_at_fork``,
 which also closes the child's copy of the socket.
+
+A Unix socket is used only in a directory no other user can have planted (``paths.untrusted_directory``),
+checked once per path before its first datagram and again after the path stops answering (at most once a
+second), never per datagram; a refused path is logged once and skipped.
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import weakref
 from typing import Any
 
-from exporter.push.paths import socket_candidates
+from exporter.push.paths import socket_candidates, untrusted_directory
 
 log = logging.getLogger("exporter.hook")
 
 _transports: weakref.WeakSet[Transport] = weakref.WeakSet()
+_RECHECK_SECONDS = 1.0
 
 
 def _after_fork_in_child() -> None:
@@ -74,6 +80,7 @@ class Transport:
         self._sockets: dict[int, socket.socket] = {}
         self._preferred = 0  # index of the target that worked last
         self._warned: set[str] = set()
+        self._directories: dict[str, tuple[bool, float]] = {}  # socket path → (trusted, checked when)
         _transports.add(self)
 
     def send(self, data: bytes) -> bool:
@@ -84,9 +91,13 @@ class Transport:
         for offset in range(count):
             index = (self._preferred + offset) % count
             family, target = self.targets[index]
+            if family == socket.AF_UNIX and not self._trusted(target):
+                continue
             try:
                 self._socket(family).sendto(data, target)
             except (FileNotFoundError, ConnectionRefusedError):
+                if family == socket.AF_UNIX:
+                    self._recheck(target)  # the exporter may come back in a directory made anew
                 continue  # nobody listens there (yet): try the next candidate
             except BlockingIOError:
                 break  # the exporter's queue is full: it is slow, drop rather than wait
@@ -102,6 +113,22 @@ class Transport:
             return True
         self.dropped += 1
         return False
+
+    def _trusted(self, path: str) -> bool:
+        known = self._directories.get(path)
+        if known is not None and (known[0] or time.monotonic() - known[1] < _RECHECK_SECONDS):
+            return known[0]
+        problem = untrusted_directory(path)
+        if problem is not None:
+            self._warn_once(f"untrusted-{path}", "not sending to %s: %s; another user could read the "
+                            "datagrams (see docs/hook.md)", path, problem)
+        self._directories[path] = (problem is None, time.monotonic())
+        return problem is None
+
+    def _recheck(self, path: str) -> None:
+        known = self._directories.get(path)
+        if known is not None and time.monotonic() - known[1] >= _RECHECK_SECONDS:
+            del self._directories[path]
 
     def _socket(self, family: int) -> socket.socket:
         sock = self._sockets.get(family)

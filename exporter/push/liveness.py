@@ -1,9 +1,11 @@
-"""Whether the process that pushed a rank's datagrams still runs, from ``<procfs>/<pid>/stat``.
+"""Whether the process that pushed a rank's datagrams still runs, and which processes descend from it, from
+``<procfs>/<pid>/stat``.
 
 The hook sends only when steps end, so a hung trainer falls silent. The job store keeps a silent rank as long
 as its sender lives, so that its series (and BottleneckTrainingStalled) stay until the process is gone. Only a
 PID the kernel vouched for is followed (``SO_PASSCRED`` on the Unix socket, translated into this exporter's
-PID namespace); the ``pid`` a UDP datagram claims may belong to another PID namespace or be made up.
+PID namespace); the ``pid`` a UDP datagram claims may belong to another PID namespace or be made up. Likewise a
+DataLoader worker PID that a datagram names is believed only when its parents lead to that sender.
 
 A process is named by its PID *and* its start time (field 22 of ``stat``, clock ticks after boot), read when
 its first datagram arrives: once the trainer exits and the kernel gives its PID to a new process, the start
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 
 # Process states that are not running code any more: zombie (exited, not yet reaped by its parent), dead.
 _GONE_STATES = frozenset("ZXx")
+# Parent PIDs walked from a claimed worker up to its trainer: workers are children (fork, spawn) or
+# grandchildren (forkserver); the bound only stops a walk through a pathological process tree.
+_MAX_DEPTH = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +73,20 @@ class ProcessTable:
         """Whether the identified process still runs (a zombie does not; a new process on its PID is not it)."""
         stat = self._read(process.pid)
         return stat is not None and stat.state not in _GONE_STATES and stat.starttime == process.starttime
+
+    def descends_from(self, pid: int, ancestor: int) -> bool:
+        """Whether ``pid`` is a child, grandchild, ... of ``ancestor`` (a DataLoader worker of its trainer, also
+        through a forkserver), by walking parent PIDs; False when any step cannot be read."""
+        if not self.usable:
+            return False
+        for _ in range(_MAX_DEPTH):
+            stat = self._read(pid)
+            if stat is None or stat.ppid <= 1:
+                return False
+            if stat.ppid == ancestor:
+                return True
+            pid = stat.ppid
+        return False
 
     def _read(self, pid: int) -> TaskStat | None:
         """The process's stat; None when it is gone or its stat does not parse (then nothing vouches for it)."""

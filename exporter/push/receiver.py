@@ -9,9 +9,11 @@ prometheus_client collector::
     bottleneck_train_steps_total{job="resnet",rank="0"} 1200.0
 
 Bad input is counted by reason and dropped; nothing a sender does can raise out of the receive loop. On the
-Unix socket the kernel tells us the sender's PID (SO_PASSCRED), translated into our PID namespace, so a
-trainer in a container is still matched to its process here, and a silent rank is kept while that process
-runs (``liveness``): a hung trainer stops sending but must not vanish.
+Unix socket the kernel tells us the sender's PID and uid (SO_PASSCRED), the PID translated into our PID
+namespace, so a trainer in a container is still matched to its process here, a silent rank is kept while that
+process runs (``liveness``: a hung trainer stops sending but must not vanish), a rank belongs to the sender
+that created it (``store``), and only the sender's descendants are taken as its DataLoader workers. A UDP
+datagram carries no credentials: its series are kept, but no process is attributed to it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ _BURST = 512
 # Seconds between expiry passes: each pass reads /proc/PID/stat of every silent rank whose process lives,
 # which busy wake-ups (one per datagram burst) must not repeat many times a second.
 _EXPIRY_INTERVAL = 1.0
+_WORKER_LISTS_KEPT = 1024
 
 
 class PushReceiver:
@@ -61,6 +64,9 @@ class PushReceiver:
         self._rejected = dict.fromkeys(REASONS, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # trainer PID → (worker PIDs its datagram named, those that descend from it): /proc is walked again
+        # only when the list changes.
+        self._workers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     # -- sockets ---------------------------------------------------------------------------------------
     def bind_unix(self, path: str, mode: int = 0o660, group: str | None = None) -> None:
@@ -141,16 +147,16 @@ class PushReceiver:
             try:
                 if is_unix:
                     data, ancdata, flags, _ = sock.recvmsg(MAX_DATAGRAM_BYTES + 1, _ANCILLARY)
-                    peer = _peer_pid(ancdata)
+                    pid, uid = _peer(ancdata)
                 else:
                     data, _, flags, _ = sock.recvmsg(MAX_DATAGRAM_BYTES + 1)
-                    peer = None
+                    pid, uid = None, None
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as err:
                 log.debug("push receive error: %s", err)
                 return
-            self.handle(data, peer, truncated=bool(flags & socket.MSG_TRUNC))
+            self.handle(data, pid, truncated=bool(flags & socket.MSG_TRUNC), peer_uid=uid)
 
     def _expire(self) -> None:
         for state in self.store.expire():
@@ -160,19 +166,22 @@ class PushReceiver:
             else:
                 log.info("push: job %s rank %d sent nothing for %.0fs, forgotten", state.snapshot.job,
                          state.snapshot.rank, self.store.expiry)
+            self._workers.pop(state.pid, None)
             if self.training is not None:
                 self.training.forget(state.pid)
 
     # -- one datagram ----------------------------------------------------------------------------------
-    def handle(self, data: bytes, peer_pid: int | None = None, truncated: bool = False) -> bool:
-        """Validate and store one datagram; returns whether it was accepted. Never raises."""
+    def handle(self, data: bytes, peer_pid: int | None = None, truncated: bool = False,
+               peer_uid: int | None = None) -> bool:
+        """Validate and store one datagram; returns whether it was accepted. Never raises. ``peer_pid`` and
+        ``peer_uid``: the sender as the kernel reported it (None over UDP)."""
         received = boot_clock()
         with self._lock:
             self._datagrams += 1
         try:
             if truncated:
                 raise Rejected("too_large", "datagram truncated")
-            state = self.store.accept(validate(data), peer_pid, received)
+            state = self.store.accept(validate(data), peer_pid, received, peer_uid)
         except Rejected as err:
             with self._lock:
                 self._rejected[err.reason] += 1
@@ -183,16 +192,33 @@ class PushReceiver:
                 self._rejected["bad_schema"] += 1
             log.exception("push datagram could not be handled")
             return False
-        self._register(state)
+        self._register(state, peer_pid is not None)
         return True
 
-    def _register(self, state: RankState) -> None:
-        if self.training is None:
+    def _register(self, state: RankState, kernel_named: bool) -> None:
+        """Hand the sender and its workers to the training collector: only a sender the kernel named (a PID a
+        UDP datagram claims could be anyone's), and of the workers it names only its own descendants."""
+        if self.training is None or not kernel_named:
             return
         snap = state.snapshot
-        workers = snap.loader.worker_pids if snap.loader is not None and state.same_pid_namespace else ()
+        claimed = snap.loader.worker_pids if snap.loader is not None and state.same_pid_namespace else ()
         self.training.register(RegisteredProcess(pid=state.pid, job=snap.job, rank=str(snap.rank),
-                                                 local_rank=str(snap.local_rank), worker_pids=workers))
+                                                 local_rank=str(snap.local_rank),
+                                                 worker_pids=self._own_workers(state.pid, claimed)))
+
+    def _own_workers(self, trainer: int, claimed: tuple[int, ...]) -> tuple[int, ...]:
+        known = self._workers.get(trainer)
+        if known is not None and known[0] == claimed:
+            return known[1]
+        processes = self.store.processes
+        own = tuple(pid for pid in claimed if processes is not None and processes.descends_from(pid, trainer))
+        if len(own) < len(claimed):
+            log.debug("push: PID %d named %d worker PIDs that are not its descendants; ignored them", trainer,
+                      len(claimed) - len(own))
+        if len(self._workers) >= _WORKER_LISTS_KEPT:
+            self._workers.clear()  # trainers that restarted under new PIDs leave entries nobody reads
+        self._workers[trainer] = (claimed, own)
+        return own
 
     # -- prometheus_client collector -------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
@@ -206,12 +232,13 @@ class PushReceiver:
             return dict(self._rejected)
 
 
-def _peer_pid(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+def _peer(ancdata: list[tuple[int, int, bytes]]) -> tuple[int | None, int | None]:
+    """(PID, uid) of the sender from SCM_CREDENTIALS; PID 0 means the kernel could not map it into ours."""
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
-            pid = int(_UCRED.unpack_from(payload)[0])
-            return pid if pid > 0 else None
-    return None
+            pid, uid, _gid = _UCRED.unpack_from(payload)
+            return (int(pid) if pid > 0 else None), int(uid)
+    return None, None
 
 
 def _group_id(group: str) -> int:

@@ -34,7 +34,7 @@ GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_by
 
 REASONS = (
     "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
-    "too_many_jobs", "too_many_ranks",
+    "too_many_jobs", "too_many_ranks", "not_owner",
 )
 
 # Label values end up in every series of the job: bound their length and keep them printable and quote-free.

@@ -178,6 +178,10 @@ def _parse_duration(value: Any) -> float:
 
 # The push receiver's options, registered like a collector's (``exporter.collectors.base.Option``) and resolved
 # by the same precedence (``exporter.config.option_values``): flags ``--push.<name>``, YAML ``push.<name>``.
+# Bounds sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes, 16 leaves
+# room for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the push
+# series are 8 x 16 ranks x 41 series = 5,248 (0.42 MB of text, docs/hook.md); the old 32 x 64 let one local
+# user add 84k series and a 6.8 MB scrape. MIG-partitioned nodes running many small jobs raise them by flag.
 OPTIONS: tuple[Option, ...] = (
     Option("socket", DEFAULT_SOCKET,
            "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "
@@ -196,7 +200,7 @@ OPTIONS: tuple[Option, ...] = (
            "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
            "process still runs (a hung trainer stays visible until it exits)",
            parse=_parse_duration),
-    Option("max-jobs", 32, "Training jobs tracked at once; more are counted and dropped", parse=parse_positive_int),
-    Option("max-ranks-per-job", 64, "Ranks tracked per job; more are counted and dropped",
+    Option("max-jobs", 8, "Training jobs tracked at once; more are counted and dropped", parse=parse_positive_int),
+    Option("max-ranks-per-job", 16, "Ranks tracked per job; more are counted and dropped",
            parse=parse_positive_int),
 )

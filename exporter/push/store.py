@@ -10,6 +10,12 @@ each; anything beyond is refused with a reason the receiver counts::
 A job/rank that sent nothing for ``expiry`` seconds is forgotten, so finished jobs do not accumulate, unless
 its sender, identified by the kernel, still runs (``liveness``): a hung trainer sends nothing but must stay
 visible. Such a rank keeps its place in the bounds above until its process is gone.
+
+A job/rank belongs to the sender that created it over the Unix socket (its kernel-reported PID and uid) until
+that process exits: another sender's datagrams for it are refused, so nobody can reset or forge a rank that
+is not theirs::
+
+    bottleneck_push_rejected_total{reason="not_owner"} 3.0
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class RankState:
     # The kernel-reported sender with its start time, when its liveness can be checked; None for a PID that
     # is only claimed (UDP) or could not be read: such a rank expires after ``expiry`` of silence regardless.
     process: ProcessIdentity | None = None
+    # The kernel-reported uid of the sender (Unix socket); None over UDP, where a rank belongs to nobody.
+    uid: int | None = None
 
 
 class JobStore:
@@ -48,11 +56,12 @@ class JobStore:
         self._lock = threading.Lock()
         self._jobs: dict[str, dict[int, RankState]] = {}
 
-    def accept(self, snapshot: Snapshot, peer_pid: int | None = None, received: float | None = None) -> RankState:
-        """Store a snapshot; raises Rejected (too_many_jobs, too_many_ranks, stale) without storing.
+    def accept(self, snapshot: Snapshot, peer_pid: int | None = None, received: float | None = None,
+               peer_uid: int | None = None) -> RankState:
+        """Store a snapshot; raises Rejected (too_many_jobs, too_many_ranks, stale, not_owner) without storing.
 
-        ``peer_pid`` is the sender's PID as the kernel reported it (None when unknown, as on UDP);
-        ``received`` the boot-clock time the datagram arrived (``liveness.boot_clock``)."""
+        ``peer_pid`` and ``peer_uid`` identify the sender as the kernel reported it (None when unknown, as on
+        UDP); ``received`` is the boot-clock time the datagram arrived (``liveness.boot_clock``)."""
         pid = peer_pid if peer_pid is not None else snapshot.pid
         with self._lock:
             ranks = self._jobs.get(snapshot.job)
@@ -64,14 +73,31 @@ class JobStore:
             if previous is None:
                 if len(ranks) >= self.max_ranks:
                     raise Rejected("too_many_ranks", f"job already has {self.max_ranks} ranks")
+            elif not self._may_update(previous, peer_pid, peer_uid):
+                raise Rejected("not_owner", f"job {snapshot.job} rank {snapshot.rank} belongs to PID "
+                               f"{previous.pid} (uid {previous.uid}), which still runs")
             elif previous.pid == pid and snapshot.seq <= previous.snapshot.seq:
                 # Same process, older or repeated datagram: totals would go backwards.
                 raise Rejected("stale", f"seq {snapshot.seq} <= {previous.snapshot.seq}")
             process = self._identify(previous, peer_pid, received)
             state = RankState(snapshot, pid, peer_pid is None or peer_pid == snapshot.pid, self._clock(),
-                              process)
+                              process, peer_uid)
             ranks[snapshot.rank] = state
         return state
+
+    def _may_update(self, previous: RankState, peer_pid: int | None, peer_uid: int | None) -> bool:
+        """Whether this sender may replace the rank's state: its owner, or anyone once the owner has exited."""
+        if previous.uid is None:
+            return True  # created over UDP: nobody's
+        if peer_uid is None:
+            return False  # a UDP datagram carries no credentials
+        if peer_pid is not None and peer_pid == previous.pid and peer_uid == previous.uid:
+            return True
+        if previous.process is not None and self.processes is not None:
+            return not self.processes.alive(previous.process)  # a restarted trainer takes over its rank
+        # Whether the owner still runs cannot be told here: its own user may take over (a restart), nobody
+        # else until the rank expires.
+        return peer_uid == previous.uid
 
     def _identify(self, previous: RankState | None, peer_pid: int | None,
                   received: float | None) -> ProcessIdentity | None:
