@@ -281,8 +281,8 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("cpu_free_cores", f"instance:bottleneck_cpu_free_cores:rate{W}",
            f'sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))', "node"),
     Record("cpu_pressure", f"instance:bottleneck_cpu_pressure_some:ratio_rate{W}",
-           f'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{{resource="cpu", kind="some"}}[{W}]))',
-           "node"),
+           'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="cpu", kind="some"}'
+           f"[{W}]))", "node"),
     Record("memory_pressure", f"instance:bottleneck_memory_pressure_some:ratio_rate{W}",
            'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="memory", kind="some"}'
            f"[{W}]))", "node"),
