@@ -1,7 +1,8 @@
 """End to end: the real exporter, a real Prometheus with the generated rules, real PyTorch training runs.
 
 An input-bound run (num_workers=0, a dataset that burns CPU per item) must fire BottleneckInputBound and
-``diagnose --prometheus.url`` must name it; a healthy run next to it (ready tensors) must raise no alert. The
+``diagnose --prometheus.url`` must name it; a healthy run next to it (ready tensors) must raise no alert. A
+CPU-only run that keeps every core busy with its own compute must not raise BottleneckCpuSaturated. The
 rules are generated with a short rate window and ``for:`` (generator parameters) so this takes a minute,
 not ten.
 """
@@ -31,14 +32,14 @@ FOR = "10s"
 
 
 @pytest.fixture
-def trainers(tmp_path: Path) -> Iterator[Callable[[str, str, Path], subprocess.Popen[str]]]:
+def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     stop = tmp_path / "stop-trainers"
 
-    def start(job: str, dataset: str, socket_path: Path) -> subprocess.Popen[str]:
+    def start(job: str, dataset: str, socket_path: Path, *extra: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", dataset, "--workers", "0",
-             "--stop-file", str(stop)],
+             "--stop-file", str(stop), *extra],
             env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": job},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started.append(proc)
@@ -58,7 +59,7 @@ def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:
 
 
 def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_quiet(
-        tmp_path: Path, start_exporter: Any, trainers: Callable[[str, str, Path], subprocess.Popen[str]]) -> None:
+        tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
     rules = tmp_path / "rules"
     assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
@@ -96,5 +97,32 @@ def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_q
         assert named["state"] == "firing" and named["value"] > 0.5
         assert named["advice"].startswith("Raise DataLoader num_workers")
         assert [v for v in report["verdicts"] if v["labels"].get("job") == "e2e-fast"] == []
+    finally:
+        prometheus.stop()
+
+
+def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
+        tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
+    """Regression: a CPU-only job that used every core raised "CPU saturated, stop competing processes". Busy
+    cores are a bottleneck only when something starves for them (an underfed GPU, a rank waiting for data,
+    tasks queueing for a core); here nothing does."""
+    rules = tmp_path / "rules"
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    socket_path = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={socket_path}", "--no-collector.gpu"])
+    prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", "e2e-node")],
+                            [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]).start()
+    try:
+        trainers("e2e-cpu", "fast", socket_path, "--threads", str(os.cpu_count() or 1))
+        busy = f"instance:bottleneck_cpu_busy:ratio_rate{RATE_WINDOW}"
+        # 30 s of saturated cores with the job training: longer than the rate window and for: together.
+        wait_until(lambda: prometheus.query(f"count_over_time({busy}[30s]) >= 25 and min_over_time({busy}[30s]) > 0.9"
+                                            f" and on (instance) instance:bottleneck_training_processes:count"),
+                   180, "30s of saturated cores while the CPU-only job trains")
+        saturated = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "BottleneckCpuSaturated"]
+        pressure = prometheus.query(f"instance:bottleneck_cpu_pressure_some:ratio_rate{RATE_WINDOW}")
+        assert saturated == [], f"CpuSaturated on a healthy CPU-only job; PSI cpu some: {pressure}"
+        wait = prometheus.query(f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{job="e2e-cpu"}}')
+        assert wait and float(wait[0]["value"][1]) < 0.2, wait
     finally:
         prometheus.stop()
