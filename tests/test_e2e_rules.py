@@ -22,6 +22,7 @@ import pytest
 
 from exporter import diagnose
 from exporter.heuristics import generate
+from exporter.heuristics.catalogue import resolve
 from tests.conftest import ROOT
 from tests.promstack import Prometheus, Target, wait_until
 
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 
 RATE_WINDOW = "20s"
 FOR = "10s"
+CPU_PRESSURE_RATIO = resolve().parameters["cpu_pressure_ratio"]
 
 
 @pytest.fixture
@@ -105,7 +107,9 @@ def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
         tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
     """Regression: a CPU-only job that used every core raised "CPU saturated, stop competing processes". Busy
     cores are a bottleneck only when something starves for them (an underfed GPU, a rank waiting for data,
-    tasks queueing for a core); here nothing does."""
+    tasks queueing for a core). On a machine of its own the job's threads do not queue: no verdict. Where
+    other tenants make tasks queue (PSI cpu some above cpu_pressure_ratio all along, as on a shared test
+    machine), the verdict is due, and the test checks that it comes."""
     rules = tmp_path / "rules"
     assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
@@ -115,13 +119,25 @@ def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
     try:
         trainers("e2e-cpu", "fast", socket_path, "--threads", str(os.cpu_count() or 1))
         busy = f"instance:bottleneck_cpu_busy:ratio_rate{RATE_WINDOW}"
-        # 30 s of saturated cores with the job training: longer than the rate window and for: together.
-        wait_until(lambda: prometheus.query(f"count_over_time({busy}[30s]) >= 25 and min_over_time({busy}[30s]) > 0.9"
-                                            f" and on (instance) instance:bottleneck_training_processes:count"),
-                   180, "30s of saturated cores while the CPU-only job trains")
+        pressure = f"instance:bottleneck_cpu_pressure_some:ratio_rate{RATE_WINDOW}"
+        limit = CPU_PRESSURE_RATIO
+        # 30 s of saturated cores while the job trains (longer than the rate window and for: together), with
+        # tasks either never or always queueing meanwhile.
+        saturated_while = (f"count_over_time({busy}[30s]) >= 25 and min_over_time({busy}[30s]) > 0.9 "
+                           "and on (instance) instance:bottleneck_training_processes:count and on (instance) ")
+        conditions = {"calm": f"max_over_time({pressure}[30s]) < {limit}",
+                      "queueing": f"min_over_time({pressure}[30s]) > {limit}"}
+
+        def settled() -> str | None:
+            return next((name for name, expr in conditions.items() if prometheus.query(saturated_while + expr)), None)
+
+        state = wait_until(settled, 240, "30s of saturated cores while the CPU-only job trains, tasks never or "
+                           "always queueing")
         saturated = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "BottleneckCpuSaturated"]
-        pressure = prometheus.query(f"instance:bottleneck_cpu_pressure_some:ratio_rate{RATE_WINDOW}")
-        assert saturated == [], f"CpuSaturated on a healthy CPU-only job; PSI cpu some: {pressure}"
+        if state == "calm":
+            assert saturated == [], "CpuSaturated on a healthy CPU-only job"
+        else:
+            assert [a["state"] for a in saturated] == ["firing"], saturated
         wait = prometheus.query(f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{job="e2e-cpu"}}')
         assert wait and float(wait[0]["value"][1]) < 0.2, wait
     finally:
