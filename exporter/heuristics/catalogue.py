@@ -404,8 +404,9 @@ XID_MEANINGS: dict[int, tuple[str, str]] = {
 
 
 def _xid_runbook(codes: str) -> str:
-    return " ".join(f"XID {code}: {XID_MEANINGS[int(code)][0]}; {XID_MEANINGS[int(code)][1]}."
-                    for code in codes.split("|"))
+    """One line per XID for the runbook: what it means; what to do."""
+    return "\n\n" + "\n".join(f"- XID {code}: {XID_MEANINGS[int(code)][0]}. Do: {XID_MEANINGS[int(code)][1]}."
+                               for code in codes.split("|"))
 
 
 RANK = ("instance", "job", "rank")
@@ -579,7 +580,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "\n)" + TRAINING,
         for_="5m",
         summary="{{ $labels.instance }} is running out of memory.",
-        description="{{ $value | humanizePercentage }} of the RAM of {{ $labels.instance }} is available "
+        description="Only {{ $value | humanizePercentage }} of the RAM of {{ $labels.instance }} is available "
         "(threshold ${memory_available_ratio:pct}; critical below ${memory_available_ratio_critical:pct}), or "
         "tasks stall on memory more than ${memory_pressure_ratio:pct} of the time (PSI memory; critical above "
         "${memory_pressure_ratio_critical:pct}).",
@@ -848,7 +849,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "reboot; replace the card if the XID returns.",
         meaning="NVML reported an XID event (the driver's error report, also in the kernel log as "
         "`NVRM: Xid`). These codes mean the hardware or its firmware failed; jobs on the GPU crashed or "
-        "compute wrong results. The alert holds for ${xid_window} after the last one. Per XID: "
+        "compute wrong results. The alert holds for ${xid_window} after the last one. Per XID (default list):"
         + _xid_runbook("48|63|64|74|79|92|94|95|119|120"),
         evidence="`bottleneck_gpu_xid_errors_total` by xid, `bottleneck_gpu_up`, "
         "`bottleneck_gpu_ecc_errors_total`, `bottleneck_gpu_remapped_rows_pending`, the kernel log "
@@ -867,7 +868,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         advice="Look at the job that ran on this GPU (its log ends with a CUDA error); fix or restart it. "
         "If the same XID hits different jobs on this GPU only, test the GPU.",
         meaning="These XIDs usually come from the application (illegal memory access, an out-of-range "
-        "instruction, a killed kernel), rarely from the GPU. Per XID: " + _xid_runbook("13|31|43"),
+        "instruction, a killed kernel), rarely from the GPU. Per XID (default list):" + _xid_runbook("13|31|43"),
         evidence="`bottleneck_gpu_xid_errors_total` by xid, the job's log, the kernel log "
         "(`dmesg | grep Xid`).",
         scope=("instance", "gpu", "uuid", "xid"), unit="short", group="gpu",
