@@ -2,7 +2,9 @@
 
 An input-bound run (num_workers=0, a dataset that burns CPU per item) must fire BottleneckInputBound and
 ``diagnose --prometheus.url`` must name it; a healthy run next to it (ready tensors) must raise no alert. A
-CPU-only run that keeps every core busy with its own compute must not raise BottleneckCpuSaturated. The
+CPU-only run that keeps every core busy with its own compute must not raise BottleneckCpuSaturated;
+DataLoader workers sharing saturated cores while the (replayed, idle) GPU waits must raise
+BottleneckLoaderSaturated. The
 rules are generated with a short rate window and ``for:`` (generator parameters) so this takes a minute,
 not ten.
 """
@@ -31,6 +33,7 @@ pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 RATE_WINDOW = "20s"
 FOR = "10s"
 CPU_PRESSURE_RATIO = resolve().parameters["cpu_pressure_ratio"]
+LOADER_CPU_SHARE = resolve().parameters["loader_cpu_share"]
 
 
 @pytest.fixture
@@ -140,5 +143,49 @@ def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
             assert [a["state"] for a in saturated] == ["firing"], saturated
         wait = prometheus.query(f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{job="e2e-cpu"}}')
         assert wait and float(wait[0]["value"][1]) < 0.2, wait
+    finally:
+        prometheus.stop()
+
+
+def test_dataloader_workers_sharing_saturated_cores_while_the_gpu_idles_are_input_bound(
+        tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
+    """Regression: DataLoader workers that together saturate the CPUs, each below a full core because they
+    share them, while the GPUs idle, got no input-bound verdict (the rule looked for one pegged thread).
+    Real workers burn CPU in twice as many processes as cores; the idle GPU is a recorded profile's. Where
+    other tenants take most of the CPU (a shared test machine), the loaders are starved rather than
+    saturating, and the verdict due is CpuSaturated (an underfed GPU): the test checks whichever holds."""
+    rules = tmp_path / "rules"
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    socket_path = tmp_path / "push.sock"
+    idle_gpu = ROOT / "tests" / "fixtures" / "gpu-profiles" / "consumer-rtx-2080-super.yaml"
+    exporter = start_exporter([f"--push.socket={socket_path}", f"--collector.gpu.profile={idle_gpu}"])
+    prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", "e2e-node")],
+                            [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]).start()
+    share = (f"sum by (instance) (instance_process:bottleneck_training_loader_cpu:rate{RATE_WINDOW}) / on (instance) "
+             f"instance:bottleneck_cpu_busy_cores:rate{RATE_WINDOW}")
+
+    def verdict() -> tuple[str, dict[str, Any]] | None:
+        for alert in prometheus.alerts():
+            name = alert["labels"]["alertname"]
+            if alert["state"] != "firing":
+                continue
+            if name == "BottleneckLoaderSaturated":
+                return name, alert
+            if name == "BottleneckCpuSaturated" and prometheus.query(f"max_over_time(({share})[{RATE_WINDOW}:1s]) "
+                                                                     f"< {LOADER_CPU_SHARE}"):
+                return name, alert
+        return None
+
+    try:
+        trainers("e2e-loaders", "slow", socket_path, "--workers", str(2 * (os.cpu_count() or 1)))
+        name, alert = wait_until(verdict, 240, "LoaderSaturated (or CpuSaturated where other tenants starve "
+                                 "the loaders)")
+        if name == "BottleneckLoaderSaturated":
+            assert alert["labels"]["process"] == "hook_trainer.py"
+            assert "use all the CPU they can get" in alert["annotations"]["description"]
+            # No single worker had a core of its own: the verdict came from the workers together.
+            busiest = prometheus.query(
+                f"instance_process:bottleneck_training_loader_busiest_thread:ratio_avg{RATE_WINDOW}")
+            assert busiest and float(busiest[0]["value"][1]) < 0.9, busiest
     finally:
         prometheus.stop()
