@@ -119,6 +119,15 @@ class Job:
                 env={**os.environ, "BOTTLENECK_JOB": self.name, "BOTTLENECK_PUSH_INTERVAL": "0.5", **env},
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT))
 
+    def spawn_ddp(self, stack: Stack, args: list[str]) -> None:
+        """One gloo rank per node, each pushing to its own node's exporter."""
+        master_port = str(free_port())
+        for rank, node in enumerate(NODES):
+            self.spawn(["ddp", *args], {
+                "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(len(NODES)),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master_port, "GLOO_SOCKET_IFNAME": "lo",
+                "BOTTLENECK_PUSH_ADDRESS": f"unix://{stack.sockets[node]}"})
+
     def check_alive(self) -> None:
         for process, log in zip(self.processes, self.logs, strict=True):
             if process.poll() is not None:
@@ -158,13 +167,8 @@ def wait_for_notice(stack: Stack, job: Job, *needles: str) -> tuple[list[str], l
 
 def test_straggler_rank_reaches_slack_and_email_naming_the_rank_and_its_node(stack: Stack) -> None:
     job = Job(stack.workdir, "e2e-ddp")
-    master_port = str(free_port())
     try:
-        for rank, node in enumerate(NODES):
-            job.spawn(["ddp", "--slow-rank", "2", "--slow-seconds", "0.2"], {
-                "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(len(NODES)),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master_port, "GLOO_SOCKET_IFNAME": "lo",
-                "BOTTLENECK_PUSH_ADDRESS": f"unix://{stack.sockets[node]}"})
+        job.spawn_ddp(stack, ["--slow-rank", "2", "--slow-seconds", "0.2"])
         slack, mail = wait_for_notice(stack, job, "BottleneckStragglerRank", "e2e-ddp", "FIRING")
         # The templates name the subject "on <instance> job <job> rank <rank>", and the description again.
         for text in slack + mail:
@@ -185,13 +189,8 @@ def test_rank_0_working_between_steps_is_named_straggler_with_its_time_between_p
     """Regression: a rank doing host work between steps (rank-0 logging) got no verdict: step times are equal
     and its extra time is in no phase; the others wait for it inside backward's all-reduce."""
     job = Job(stack.workdir, "e2e-log0")
-    master_port = str(free_port())
     try:
-        for rank, node in enumerate(NODES):
-            job.spawn(["ddp", "--slow-rank", "0", "--between-seconds", "0.2"], {
-                "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(len(NODES)),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master_port, "GLOO_SOCKET_IFNAME": "lo",
-                "BOTTLENECK_PUSH_ADDRESS": f"unix://{stack.sockets[node]}"})
+        job.spawn_ddp(stack, ["--slow-rank", "0", "--between-seconds", "0.2"])
         slack, mail = wait_for_notice(stack, job, "BottleneckStragglerRank", "e2e-log0", "FIRING")
         for text in slack + mail:
             assert "Rank 0 of job e2e-log0 on node-a" in text and "goes to between_phases" in text, text
