@@ -8,7 +8,9 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
 * standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
   ``--exporter.url``, else the collectors and the push receiver in this process, so a training run
   instrumented with the hook is seen), then evaluates the same expressions over the samples with the
-  Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window.
+  Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is
+  respected as far as the window allows: the expressions are evaluated at every sample, and a verdict whose
+  condition has not held for its ``for:`` is shown as pending, with the time it still needs.
 
 Exit status: 0 no critical verdict, 1 at least one critical verdict, 2 usage or configuration error,
 3 Prometheus or the exporter could not be reached (or every query failed), 4 internal error (a bug).
@@ -34,7 +36,7 @@ from typing import Any, TextIO
 from exporter.config import Parser
 from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
-from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse
+from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -58,7 +60,8 @@ class Finding:
     rule: AlertRule
     labels: dict[str, str]
     value: float
-    state: str | None = None  # firing / pending per Prometheus' ALERTS; None standalone
+    state: str | None = None  # firing / pending (Prometheus' ALERTS, or standalone from the samples)
+    needs_seconds: float | None = None  # standalone, pending: how much longer the condition must hold
 
     @property
     def evidence(self) -> str:
@@ -78,7 +81,7 @@ class Finding:
             "severity": self.rule.severity, "subject": self.subject, "labels": self.labels,
             "value": None if math.isnan(self.value) else self.value, "unit": self.rule.heuristic.unit,
             "evidence": self.evidence, "advice": self.rule.advice, "runbook_url": self.rule.runbook_url,
-            "state": self.state,
+            "state": self.state, "needs_seconds": self.needs_seconds,
         }
 
 
@@ -95,7 +98,8 @@ class Report:
 
     @property
     def critical(self) -> bool:
-        return any(f.rule.severity == "critical" for f in self.findings)
+        """A critical verdict that fires (or whose state is unknown): a pending one has not held its for: yet."""
+        return any(f.rule.severity == "critical" and f.state != "pending" for f in self.findings)
 
 
 def _sorted(findings: Iterable[Finding]) -> list[Finding]:
@@ -292,6 +296,42 @@ def diagnose_store(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple
     return _sorted(findings), errors
 
 
+def hold_states(catalogue: Catalogue, store: SeriesStore, times: Sequence[float], findings: list[Finding]) -> None:
+    """Set each finding's state as Prometheus' ``for:`` would, evaluating at every sample time: firing when its
+    condition held at every sample for at least its ``for:``, else pending with the seconds it still needs."""
+    if not times:
+        return
+    active: dict[tuple[str, str], list[set[tuple[tuple[str, str], ...]]]] = {}
+    parsed = {(rule.alert, rule.severity): parse(rule.inline_expr) for rule in catalogue.alerts}
+    for at in times:
+        for key, node in parsed.items():
+            try:
+                result = evaluate(node, store, at)
+            except PromQLError:
+                result = []
+            held = {tuple(sorted(_labels(s.labels).items())) for s in result} if isinstance(result, list) else set()
+            active.setdefault(key, []).append(held)
+    for finding in findings:
+        key = (finding.rule.alert, finding.rule.severity)
+        labels = tuple(sorted(finding.labels.items()))
+        since = times[-1]
+        for at, held in zip(reversed(times), reversed(active.get(key, [])), strict=False):
+            if labels not in held:
+                break
+            since = at
+        missing = parse_duration(finding.rule.for_) - (times[-1] - since)
+        finding.state = "firing" if missing <= 0 else "pending"
+        finding.needs_seconds = None if missing <= 0 else missing
+
+
+def sample_times(store: SeriesStore) -> list[float]:
+    """When the samples were taken: the times of the ``up`` series ``sample`` records with each one."""
+    for labels, times, _ in store.series():
+        if labels.get("__name__") == "up":
+            return list(times)
+    return []
+
+
 def missing_in(store: SeriesStore) -> list[str]:
     names = {labels["__name__"] for labels, _, _ in store.series()}
     return [hint for family, hint in DATA_HINTS if family not in names]
@@ -316,6 +356,9 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
             subject = finding.subject
             lines += ["", subject]
         state = f"  [{finding.state}]" if finding.state else ""
+        if finding.needs_seconds is not None:
+            state = (f"  [pending: holds {finding.rule.for_} before it fires, needs "
+                     f"{gotemplate.humanize_duration(finding.needs_seconds)} more; sample longer with --window]")
         lines.append(f"  {finding.rule.severity.upper():<9} {finding.rule.heuristic.verdict}  "
                      f"({finding.rule.alert}){state}")
         for label, text in (("evidence", finding.evidence), ("advice", finding.rule.advice),
@@ -493,6 +536,7 @@ def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, 
     window = max(1, math.ceil(last - first) + 1)
     catalogue = resolve({**overrides, "rate_window": f"{window}s"})
     findings, errors = diagnose_store(catalogue, store, last)
+    hold_states(catalogue, store, sample_times(store), findings)
     kind = "exporter" if isinstance(source, ScrapeSource) else "in-process"
     target = source.url if isinstance(source, ScrapeSource) else socket.gethostname()
     return Report(kind, target, last, len(catalogue.alerts), findings, errors, missing_in(store), last - first)

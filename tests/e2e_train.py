@@ -1,9 +1,11 @@
 """Training jobs for the multi-node end-to-end test (tests/test_e2e_multinode.py), one process per rank.
 
-    python tests/e2e_train.py ddp --stop-file PATH [--slow-rank 2 --slow-seconds 0.2]
+    python tests/e2e_train.py ddp --stop-file PATH [--slow-rank 2 --slow-seconds 0.2 | --between-seconds 0.2]
         one rank of a torch.distributed (gloo, CPU) data-parallel job; RANK, WORLD_SIZE, MASTER_ADDR and
         MASTER_PORT from the environment, as torchrun sets them. The slow rank's forward takes
-        --slow-seconds longer: a slower node, which its peers then wait for in the all-reduce.
+        --slow-seconds longer: a slower node, which its peers then wait for in the all-reduce. With
+        --between-seconds the slow rank instead spends that long between steps, outside every phase (rank-0
+        logging or checkpointing); its peers wait for it in the next step's all-reduce, inside backward.
     python tests/e2e_train.py input --stop-file PATH --cause-file PATH
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
@@ -63,7 +65,7 @@ def stop_requested(stop_file: str) -> bool:
     return requested
 
 
-def train(loader: DataLoader, model: torch.nn.Module, stop_file: str) -> int:
+def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: float = 0.0) -> int:
     from exporter.hook import instrument
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -77,6 +79,8 @@ def train(loader: DataLoader, model: torch.nn.Module, stop_file: str) -> int:
             steps += 1
             if stop_requested(stop_file):
                 return steps
+            if between:
+                time.sleep(between)  # host work between steps: writing a log line, a checkpoint
 
 
 def main() -> int:
@@ -85,6 +89,7 @@ def main() -> int:
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=0.2)
+    parser.add_argument("--between-seconds", type=float, default=0.0)
     parser.add_argument("--cause-file")
     parser.add_argument("--item-seconds", type=float, default=0.01)
     args = parser.parse_args()
@@ -96,9 +101,11 @@ def main() -> int:
     else:
         dist.init_process_group("gloo", init_method="env://")
         rank = dist.get_rank()
-        model = torch.nn.parallel.DistributedDataParallel(Model(args.slow_seconds if rank == args.slow_rank else 0))
+        slow = rank == args.slow_rank
+        model = torch.nn.parallel.DistributedDataParallel(Model(args.slow_seconds if slow and not args.between_seconds
+                                                                else 0))
         loader = DataLoader(Samples(256), batch_size=8, num_workers=0)
-        steps = train(loader, model, args.stop_file)
+        steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0)
         dist.destroy_process_group()
     print(f"trained {steps} steps", flush=True)
     return 0

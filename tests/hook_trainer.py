@@ -1,11 +1,12 @@
 """A tiny real training run under the hook, started as a subprocess by tests/test_hook.py.
 
-    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH
+    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N]
 
 Trains a small MLP on CPU with ``exporter.hook.instrument`` until ``--stop-file`` exists (checked between
 steps) or ``--max-steps`` is reached; the exporter address and job come from BOTTLENECK_PUSH_ADDRESS and
 BOTTLENECK_JOB, as in real use. ``slow`` burns CPU inside ``__getitem__`` (the loader is busy, not blocked);
-``fast`` serves precomputed tensors.
+``fast`` serves precomputed tensors. ``--threads`` sets torch's intra-op threads (default 1; the number of
+CPUs makes a CPU-only job that uses every core for its own compute).
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--max-steps", type=int, default=100000)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # a shared test machine: one core for the model
+    torch.set_num_threads(args.threads)  # default 1: a shared test machine, one core for the model
 
     from exporter.hook import instrument
 

@@ -22,6 +22,7 @@ from exporter.heuristics.replay import replay
 from exporter.heuristics.scenarios import (
     FIRES,
     NEAR_MISS,
+    NOT_YET,
     SCENARIOS,
     Scenario,
     Series,
@@ -56,6 +57,27 @@ def test_python_evaluator_agrees_with_the_scenario_table(scenario: Scenario) -> 
         assert scenario.severity not in {severity for severity, _ in found}
     elif scenario.kind == FIRES:
         assert {(scenario.severity, tuple(sorted(e.labels.items()))) for e in scenario.expect} <= found | inhibited
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.kind in (FIRES, NOT_YET)],
+                         ids=[s.title for s in SCENARIOS if s.kind in (FIRES, NOT_YET)])
+def test_standalone_respects_for_firing_only_after_it_and_says_how_long_a_pending_verdict_needs(
+        scenario: Scenario) -> None:
+    """Regression: standalone diagnose reported a verdict the moment its condition held, ignoring for:."""
+    outcome = replay(scenario, CATALOGUE)
+    times = [m * 60.0 for m in range(outcome.eval_at + 1)]
+    findings, _ = diagnose.diagnose_store(CATALOGUE, store_of(outcome.series), times[-1])
+    diagnose.hold_states(CATALOGUE, store_of(outcome.series), times, findings)
+    mine = [f for f in findings if f.rule.heuristic.name == scenario.alert and f.rule.severity == scenario.severity]
+    expected = {tuple(sorted(e.labels.items())) for e in scenario.expect}
+    for finding in mine:
+        if tuple(sorted(finding.labels.items())) not in expected:
+            continue
+        if scenario.kind == FIRES:
+            assert (finding.state, finding.needs_seconds) == ("firing", None)
+        else:  # replay evaluates a not-yet scenario one minute before its for: has elapsed
+            assert (finding.state, finding.needs_seconds) == ("pending", 60.0)
+    assert expected <= {tuple(sorted(f.labels.items())) for f in mine}
 
 
 def test_evaluator_refuses_what_it_cannot_evaluate_by_name() -> None:
@@ -201,7 +223,10 @@ def test_standalone_on_this_machine_prints_verdicts_and_exits_by_severity(tmp_pa
     assert report["source"] == "in-process"
     assert report["rules_evaluated"] == len(CATALOGUE.alerts)
     assert report["errors"] == []
-    assert report["critical"] == any(v["severity"] == "critical" for v in report["verdicts"])
+    assert report["critical"] == any(v["severity"] == "critical" and v["state"] == "firing"
+                                     for v in report["verdicts"])
+    # A 3 s window cannot hold a for: of minutes: what holds is shown as pending, with the time it needs.
+    assert all(v["state"] == "pending" and v["needs_seconds"] > 0 for v in report["verdicts"])
     assert result.returncode == (diagnose.EXIT_CRITICAL if report["critical"] else diagnose.EXIT_OK)
     # The node was sampled: the verdicts about the monitoring itself (they read Prometheus' `up`) stay quiet.
     assert not [v for v in report["verdicts"] if v["alert"] in ("BottleneckExporterDown", "BottleneckExporterAbsent")]

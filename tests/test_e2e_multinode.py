@@ -9,6 +9,9 @@ push through the real hook:
 
 - a three-rank torch.distributed (gloo, CPU) job, one rank per node, the rank on node-c slowed: the
   straggler verdict reaches both sinks naming rank 2 and node-c, and no other rank;
+- the same job where rank 0 spends extra time between steps (host work, as rank-0 logging): step times
+  are equal, the others wait for it inside backward, and the straggler verdict names rank 0 and says its
+  time goes between the phases;
 - an input-bound job on node-a: the input-bound verdict reaches both sinks, and once its slow input stops
   a resolved notice follows on both.
 """
@@ -116,6 +119,15 @@ class Job:
                 env={**os.environ, "BOTTLENECK_JOB": self.name, "BOTTLENECK_PUSH_INTERVAL": "0.5", **env},
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT))
 
+    def spawn_ddp(self, stack: Stack, args: list[str]) -> None:
+        """One gloo rank per node, each pushing to its own node's exporter."""
+        master_port = str(free_port())
+        for rank, node in enumerate(NODES):
+            self.spawn(["ddp", *args], {
+                "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(len(NODES)),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master_port, "GLOO_SOCKET_IFNAME": "lo",
+                "BOTTLENECK_PUSH_ADDRESS": f"unix://{stack.sockets[node]}"})
+
     def check_alive(self) -> None:
         for process, log in zip(self.processes, self.logs, strict=True):
             if process.poll() is not None:
@@ -155,13 +167,8 @@ def wait_for_notice(stack: Stack, job: Job, *needles: str) -> tuple[list[str], l
 
 def test_straggler_rank_reaches_slack_and_email_naming_the_rank_and_its_node(stack: Stack) -> None:
     job = Job(stack.workdir, "e2e-ddp")
-    master_port = str(free_port())
     try:
-        for rank, node in enumerate(NODES):
-            job.spawn(["ddp", "--slow-rank", "2", "--slow-seconds", "0.2"], {
-                "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(len(NODES)),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master_port, "GLOO_SOCKET_IFNAME": "lo",
-                "BOTTLENECK_PUSH_ADDRESS": f"unix://{stack.sockets[node]}"})
+        job.spawn_ddp(stack, ["--slow-rank", "2", "--slow-seconds", "0.2"])
         slack, mail = wait_for_notice(stack, job, "BottleneckStragglerRank", "e2e-ddp", "FIRING")
         # The templates name the subject "on <instance> job <job> rank <rank>", and the description again.
         for text in slack + mail:
@@ -169,10 +176,30 @@ def test_straggler_rank_reaches_slack_and_email_naming_the_rank_and_its_node(sta
             assert "Rank 2 of job e2e-ddp on node-c" in text, text
         firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", job="e2e-ddp"}')
         assert {(a["metric"]["rank"], a["metric"]["instance"]) for a in firing} == {("2", "node-c")}
+        assert {a["metric"]["phase"] for a in firing} == {"forward"}, firing
         # Each rank's telemetry arrived through its own node's exporter.
         ranks = stack.prometheus.query('bottleneck_train_info{job="e2e-ddp"}')
         assert {(r["metric"]["rank"], r["metric"]["instance"]) for r in ranks} == {
             ("0", "node-a"), ("1", "node-b"), ("2", "node-c")}
+    finally:
+        job.stop()
+
+
+def test_rank_0_working_between_steps_is_named_straggler_with_its_time_between_phases(stack: Stack) -> None:
+    """Regression: a rank doing host work between steps (rank-0 logging) got no verdict: step times are equal
+    and its extra time is in no phase; the others wait for it inside backward's all-reduce."""
+    job = Job(stack.workdir, "e2e-log0")
+    try:
+        job.spawn_ddp(stack, ["--slow-rank", "0", "--between-seconds", "0.2"])
+        slack, mail = wait_for_notice(stack, job, "BottleneckStragglerRank", "e2e-log0", "FIRING")
+        for text in slack + mail:
+            assert "Rank 0 of job e2e-log0 on node-a" in text and "goes to between_phases" in text, text
+        firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", job="e2e-log0"}')
+        assert {(a["metric"]["rank"], a["metric"]["phase"]) for a in firing} == {("0", "between_phases")}
+        # What the rule saw: equal step times, rank 0's own work well above its peers'.
+        steps = stack.prometheus.query(f'job_rank:bottleneck_train_step_seconds:ratio_to_job_median{RATE_WINDOW}'
+                                       '{job="e2e-log0"}')
+        assert all(float(s["value"][1]) < 1.2 for s in steps), steps
     finally:
         job.stop()
 

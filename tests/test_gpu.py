@@ -49,6 +49,7 @@ FIELD_SERIES = {
     "remapped_rows": ["bottleneck_gpu_remapped_rows", "bottleneck_gpu_remapped_rows_pending"],
     "processes": ["bottleneck_gpu_process_memory_used_bytes"],
     "gpm": ["bottleneck_gpu_sm_activity_ratio", "bottleneck_gpu_tensor_activity_ratio"],
+    "xid_events": ["bottleneck_gpu_xid_errors_total"],
 }
 
 
@@ -152,7 +153,8 @@ def test_gpu_falling_off_the_bus_reports_it_down_while_the_others_go_on() -> Non
     assert value(second, "bottleneck_gpu_up", gpu="1", uuid="GPU-00000001-0000-0000-0000-000000000001") == 0.0
     assert value(second, "bottleneck_gpu_up", gpu="0", uuid="GPU-00000000-0000-0000-0000-000000000000") == 1.0
     lost_series = {n for (n, labels) in values(second) if ("gpu", "1") in labels}
-    assert lost_series == {"bottleneck_gpu_up", "bottleneck_gpu_info"}
+    # Its XID 79 (fallen off the bus) still comes through: the driver reports it, not the lost GPU.
+    assert lost_series == {"bottleneck_gpu_up", "bottleneck_gpu_info", "bottleneck_gpu_xid_errors_total"}
     assert series_of(second, "bottleneck_gpu_power_watts", "0") == [611.42]
     assert series_of(second, "bottleneck_gpu_energy_joules_total", "0") == [52219042.73]
     # The lost GPU is asked once per scrape (its liveness probe), not once per field.
@@ -223,6 +225,49 @@ def test_real_nvml_backend_on_this_machine(caplog: pytest.LogCaptureFixture) -> 
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
+def test_xid_series_starts_at_zero_so_increase_sees_the_first_event() -> None:
+    """Regression guard: a counter born at 1 hides its first event from increase(); the XID alerts need it."""
+    replay = Replay("lost-gpu-2x-h200")
+    gpu1 = {"gpu": "1", "uuid": "GPU-00000001-0000-0000-0000-000000000001", "xid": "79"}
+    gpu0 = {"gpu": "0", "uuid": "GPU-00000000-0000-0000-0000-000000000000", "xid": "31"}
+    first = replay.scrape()
+    assert value(first, "bottleneck_gpu_xid_errors_total", **gpu0) == 0.0
+    assert value(first, "bottleneck_gpu_xid_errors_total", **gpu1) is None
+    second = replay.scrape()
+    assert value(second, "bottleneck_gpu_xid_errors_total", **gpu0) == 1.0
+    assert value(second, "bottleneck_gpu_xid_errors_total", **gpu1) == 0.0
+    for _ in range(3):  # after the recording ends its readings repeat, its events do not
+        later = replay.scrape()
+        assert value(later, "bottleneck_gpu_xid_errors_total", **gpu1) == 1.0
+        assert value(later, "bottleneck_gpu_xid_errors_total", **gpu0) == 1.0
+
+
+def test_xid_events_are_polled_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVML backend asks the event set with timeout 0 and stops at the first 'nothing waiting'."""
+    import pynvml
+
+    from exporter.gpu import nvml
+
+    waits: list[int] = []
+    queued = [79, 48]
+
+    def wait(event_set: object, timeout_ms: int) -> object:
+        waits.append(timeout_ms)
+        if not queued:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return type("Data", (), {"device": handle, "eventType": pynvml.nvmlEventTypeXidCriticalError,
+                                 "eventData": queued.pop(0)})()
+
+    handle = pynvml.c_nvmlDevice_t()
+    backend = nvml.NvmlBackend()
+    backend._event_set = object()
+    backend._event_keys = {nvml._address(handle): "0"}
+    monkeypatch.setattr(pynvml, "nvmlEventSetWait_v2", wait)
+    assert [(e.device, e.xid) for e in backend.xid_events()] == [("0", 79), ("0", 48)]
+    assert waits == [0, 0, 0]
+    assert backend.xid_events() == []
+
+
 def test_nvml_errors_are_translated_at_the_choke_point() -> None:
     import pynvml
 
@@ -239,7 +284,8 @@ def test_nvml_errors_are_translated_at_the_choke_point() -> None:
                            (pynvml.NVML_ERROR_GPU_IS_LOST, GpuLost),
                            (pynvml.NVML_ERROR_RESET_REQUIRED, GpuLost),
                            (pynvml.NVML_ERROR_NOT_FOUND, NoData),
-                           (pynvml.NVML_ERROR_TIMEOUT, BackendError)):
+                           (pynvml.NVML_ERROR_TIMEOUT, NoData),  # an XID poll with nothing waiting
+                           (pynvml.NVML_ERROR_UNKNOWN, BackendError)):
         with pytest.raises(BackendError) as raised:
             _nvml(failing(pynvml.NVMLError(code)))  # type: ignore[arg-type]
         assert type(raised.value) is expected, code

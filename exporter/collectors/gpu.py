@@ -86,6 +86,8 @@ HELP = {
     "bottleneck_gpu_tensor_activity_ratio": "Share of time the SMs ran tensor-core instructions (NVML GPM).",
     "bottleneck_gpu_dram_bandwidth_utilization_ratio":
         "DRAM bandwidth used as a share of the peak (NVML GPM).",
+    "bottleneck_gpu_xid_errors_total":
+        "XID errors the driver reported for this GPU since the exporter started, by XID code.",
 }
 
 _GPM_NAMES = {
@@ -138,6 +140,8 @@ class GpuCollector:
         self.guard = FieldGuard()
         self.histograms: dict[str, UtilizationHistogram] = {}
         self.identities: dict[str, Identity] = {}
+        self.xid_counts: dict[tuple[str, int], int] = {}  # (gpu label, XID code) -> events since start
+        self._xid_born: set[tuple[str, int]] = set()  # first seen this scrape: exposed at 0 (see _count_xids)
         self._nvml_unavailable_logged = False
         # Scrapes may run concurrently (threaded HTTP server); sample bookkeeping must not interleave.
         self._lock = threading.Lock()
@@ -188,6 +192,7 @@ class GpuCollector:
                 self._read_device(out, device, gpu, has_mig_instances=device.key in parents)
             # Reads may discover the loss half-way: up reflects the state after all of them.
             up.add_metric(list(gpu), 0.0 if self.guard.is_down(device.key) else 1.0)
+        self._count_xids(out)
         yield up
         if info.samples:
             yield info
@@ -196,24 +201,39 @@ class GpuCollector:
     def _read_device(
         self, out: _Families, device: Device, gpu: tuple[str, str], has_mig_instances: bool
     ) -> None:
-        key, backend = device.key, self.backend
+        key = device.key
+        self._read_utilization(out, key, gpu)
+        self._read_samples(out, key, gpu)
+        self._read_memory(out, key, gpu)
+        self._read_thermal_and_power(out, key, gpu)
+        self._read_clocks(out, key, gpu)
+        self._read_throttling(out, key, gpu)
+        self._read_pcie(out, key, gpu)
+        self._read_health(out, key, gpu)
+        # A MIG-enabled GPU lists every instance's processes again; its instances carry them once.
+        if not has_mig_instances:
+            self._read_processes(out, key, gpu)
+        self._read_gpm(out, key, gpu)
 
-        def read(field: str, fn: Callable[..., T], *args: Any) -> T | None:
-            return self.guard.read(key, field, fn, key, *args)
+    def _read(self, key: str, field: str, fn: Callable[..., T], *args: Any) -> T | None:
+        return self.guard.read(key, field, fn, key, *args)
 
-        utilization = read("utilization", backend.utilization)
+    def _read_utilization(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        utilization = self._read(key, "utilization", self.backend.utilization)
         if utilization is not None:
             out.gauge("bottleneck_gpu_utilization_ratio", gpu, utilization.gpu)
             out.gauge("bottleneck_gpu_memory_utilization_ratio", gpu, utilization.memory)
-        self._read_samples(out, key, gpu)
 
-        memory = read("memory", backend.memory)
+    def _read_memory(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        memory = self._read(key, "memory", self.backend.memory)
         if memory is not None:
             out.gauge("bottleneck_gpu_memory_used_bytes", gpu, memory.used_bytes)
             out.gauge("bottleneck_gpu_memory_total_bytes", gpu, memory.total_bytes)
             if memory.reserved_bytes is not None:
                 out.gauge("bottleneck_gpu_memory_reserved_bytes", gpu, memory.reserved_bytes)
 
+    def _read_thermal_and_power(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        backend = self.backend
         for name, field, fn in (
             ("bottleneck_gpu_temperature_celsius", "temperature_celsius", backend.temperature_celsius),
             ("bottleneck_gpu_slowdown_temperature_celsius", "slowdown_temperature_celsius",
@@ -224,39 +244,56 @@ class GpuCollector:
             ("bottleneck_gpu_power_limit_watts", "power_limit_watts", backend.power_limit_watts),
             ("bottleneck_gpu_fan_ratio", "fan_ratio", backend.fan_ratio),
         ):
-            value = read(field, fn)
+            value = self._read(key, field, fn)
             if value is not None:
                 out.gauge(name, gpu, value)
-        energy = read("energy_joules", backend.energy_joules)
+        energy = self._read(key, "energy_joules", backend.energy_joules)
         if energy is not None:
             out.counter("bottleneck_gpu_energy_joules_total", gpu, energy)
 
-        for name, field, clock_fn in (("bottleneck_gpu_clock_hertz", "clocks", backend.clocks),
-                                      ("bottleneck_gpu_clock_max_hertz", "max_clocks", backend.max_clocks)):
-            clocks = read(field, clock_fn)
+    def _read_clocks(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        for name, field, clock_fn in (("bottleneck_gpu_clock_hertz", "clocks", self.backend.clocks),
+                                      ("bottleneck_gpu_clock_max_hertz", "max_clocks", self.backend.max_clocks)):
+            clocks = self._read(key, field, clock_fn)
             if clocks is not None:
                 out.gauge(name, gpu, clocks.sm_hz, clock="sm")
                 out.gauge(name, gpu, clocks.memory_hz, clock="memory")
 
-        reasons = read("clock_event_reasons", backend.clock_event_reasons)
+    def _read_throttling(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        reasons = self._read(key, "clock_event_reasons", self.backend.clock_event_reasons)
         for reason, active in (reasons or {}).items():
             out.gauge("bottleneck_gpu_clock_event_active", gpu, 1.0 if active else 0.0, reason=reason)
         for policy in VIOLATION_POLICIES:
-            seconds = read(f"violation_seconds.{policy}", backend.violation_seconds, policy)
+            seconds = self._read(key, f"violation_seconds.{policy}", self.backend.violation_seconds, policy)
             if seconds is not None:
                 out.counter("bottleneck_gpu_throttled_seconds_total", gpu, seconds, reason=policy)
 
-        self._read_pcie(out, key, gpu)
-        self._read_health(out, key, gpu)
-        # A MIG-enabled GPU lists every instance's processes again; its instances carry them once.
-        if not has_mig_instances:
-            self._read_processes(out, key, gpu)
-        gpm = read("gpm", backend.gpm)
+    def _read_gpm(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
+        gpm = self._read(key, "gpm", self.backend.gpm)
         if gpm is not None:
             for field, name in _GPM_NAMES.items():
                 value = getattr(gpm, field)
                 if value is not None:
                     out.gauge(name, gpu, value)
+
+    def _count_xids(self, out: _Families) -> None:
+        """Read the XID events since the last scrape (never waits) and expose the count per GPU and code.
+
+        A series is exposed at 0 on the scrape that first sees its code and with its count from the next
+        one on: Prometheus' increase() cannot see the first event of a series that starts at 1."""
+        events = self.guard.read("", "xid_events", self.backend.xid_events) or []
+        self._xid_born = set()
+        for event in events:
+            key = (event.device, event.xid)
+            if key not in self.xid_counts:
+                self.xid_counts[key] = 0
+                self._xid_born.add(key)
+            self.xid_counts[key] += 1
+        for (device, code), count in sorted(self.xid_counts.items()):
+            known = self.identities.get(device)
+            gpu = (device, known.uuid if known else "")
+            shown = 0 if (device, code) in self._xid_born else count
+            out.counter("bottleneck_gpu_xid_errors_total", gpu, shown, xid=str(code))
 
     def _read_samples(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
         histogram = self.histograms.get(key)

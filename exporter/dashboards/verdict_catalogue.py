@@ -20,11 +20,12 @@ from exporter.dashboards.panels import Panel, Query, table, with_value_text
 from exporter.dashboards.thresholds import catalogue
 from exporter.heuristics.catalogue import HEURISTICS, RECORDS, Heuristic
 
-# `<<record>> > ${parameter}` or `<<record>> < 1` at the start of a heuristic's expression, and at the start of
-# each top-level `or` branch after it (written on a line of its own in the catalogue).
+# `<<record>> > ${parameter}` or `<<record>> < 1` at the start of a heuristic's expression (or of the
+# parenthesised group it starts with, before joins that only add labels), and at the start of each `or`
+# branch after it (written on a line of its own in the catalogue).
 COMPARISON = r"\s*<<(\w+)>>\s*(?:>=|<=|>|<)\s*(?:\$\{(\w+)\}|([0-9.]+))"
-LEADING_COMPARISON = re.compile("^" + COMPARISON)
-OR_BRANCH_COMPARISON = re.compile(r"\nor\n" + COMPARISON)
+LEADING_COMPARISON = re.compile(r"^\(?" + COMPARISON)
+OR_BRANCH_COMPARISON = re.compile(r"\n\s*or\n" + COMPARISON)
 SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}
 
 

@@ -133,6 +133,14 @@ class GpmMetrics:
     dram_bandwidth_utilization: float | None
 
 
+@dataclasses.dataclass(frozen=True)
+class XidEvent:
+    """One XID error the driver reported (NVML event nvmlEventTypeXidCriticalError)."""
+
+    device: str  # the ``gpu`` label of the physical GPU (a MIG instance's errors count on its GPU)
+    xid: int  # the XID code, as in the kernel log's "NVRM: Xid (PCI:…): 79, …"
+
+
 # Clock-event (throttle) reasons in the order of NVML's bitmask; names are the metric's label values.
 CLOCK_EVENT_REASONS = (
     "gpu_idle",
@@ -223,4 +231,9 @@ class GpuBackend(Protocol):
 
     def gpm(self, device: str) -> GpmMetrics | None:
         """GPM metrics over the interval since the previous call; None on the first call (no interval yet)."""
+        ...
+
+    def xid_events(self) -> list[XidEvent]:
+        """XID errors of every GPU reported since the previous call, oldest first. Never waits: a scrape must
+        not block on the driver. Raises NotSupported where no GPU can report them."""
         ...

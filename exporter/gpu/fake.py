@@ -34,6 +34,7 @@ from exporter.gpu.backend import (
     RemappedRows,
     Utilization,
     UtilizationSample,
+    XidEvent,
 )
 from exporter.gpu.profile import GpuRecording, Profile, SampleSpec
 
@@ -174,6 +175,18 @@ class FakeBackend:
 
     def processes(self, device: str) -> list[GpuProcess]:
         return list(self._value(device, "processes"))
+
+    def xid_events(self) -> list[XidEvent]:
+        """Each recorded scrape's events once (a lost GPU's too: the driver reports its fall off the bus);
+        none once the recording is over, where the readings repeat the last scrape."""
+        events = []
+        for rec in self.profile.gpus:
+            self.calls[(rec.key, "xid_events")] += 1
+            if "xid_events" in rec.unsupported | rec.function_not_found or self.scrape > len(rec.scrapes):
+                continue
+            events += [XidEvent(rec.parent or rec.key, code)
+                       for code in self._scrape_values(rec, self.scrape).get("xid_events", [])]
+        return events
 
     def gpm(self, device: str) -> GpmMetrics | None:
         value: GpmMetrics = self._value(device, "gpm")

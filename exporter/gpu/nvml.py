@@ -18,6 +18,7 @@ same protocol, and run this module for real only on the "no NVML" path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import threading
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from exporter.gpu.backend import (
     RemappedRows,
     Utilization,
     UtilizationSample,
+    XidEvent,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,12 @@ _ERRORS: dict[int, type[BackendError]] = {
     pynvml.NVML_ERROR_RESET_REQUIRED: GpuLost,
     pynvml.NVML_ERROR_NOT_FOUND: NoData,
     pynvml.NVML_ERROR_NO_DATA: NoData,
+    # nvmlEventSetWait with timeout 0 answers TIMEOUT when no event is waiting.
+    pynvml.NVML_ERROR_TIMEOUT: NoData,
 }
+
+# At most this many XID events are read per scrape; the rest wait in the driver's queue for the next one.
+MAX_XID_EVENTS_PER_SCRAPE = 256
 
 _REASON_BITS = {
     "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
@@ -140,6 +147,8 @@ class NvmlBackend:
         self._static: dict[str, Identity] = {}
         self._gpm_supported: set[str] = set()
         self._gpm_previous: dict[str, Any] = {}
+        self._event_set: Any = None
+        self._event_keys: dict[int | None, str] = {}  # device handle address -> gpu label
 
     # -- enumeration ------------------------------------------------------------------------------------
 
@@ -451,6 +460,47 @@ class NvmlBackend:
         metrics = [request.metrics[slot] for slot in range(len(_GPM_METRICS))]
         values = [m.value / 100 if m.nvmlReturn == pynvml.NVML_SUCCESS else None for m in metrics]
         return GpmMetrics(*values)
+
+    def xid_events(self) -> list[XidEvent]:
+        """XID codes (nvidia-smi has no field; the kernel log's "NVRM: Xid" lines). The GPUs are registered
+        for nvmlEventTypeXidCriticalError once; every call then polls the event set with timeout 0, so a
+        scrape never waits for an event."""
+        if self._event_set is None:
+            self._register_xid_events()
+        events: list[XidEvent] = []
+        for _ in range(MAX_XID_EVENTS_PER_SCRAPE):
+            try:
+                data = _nvml(pynvml.nvmlEventSetWait_v2, self._event_set, 0)
+            except NoData:
+                break
+            if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                key = self._event_keys.get(_address(data.device))
+                if key is not None:
+                    events.append(XidEvent(key, int(data.eventData)))
+        return events
+
+    def _register_xid_events(self) -> None:
+        event_set = _nvml(pynvml.nvmlEventSetCreate)
+        for key in self._top:
+            handle = self._handles.get(key)
+            if handle is None:
+                continue
+            try:
+                supported = _nvml(pynvml.nvmlDeviceGetSupportedEventTypes, handle)
+                if supported & pynvml.nvmlEventTypeXidCriticalError:
+                    _nvml(pynvml.nvmlDeviceRegisterEvents, handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                    self._event_keys[_address(handle)] = key
+            except (NotSupported, FunctionNotFound):
+                continue
+        if not self._event_keys:
+            with contextlib.suppress(BackendError):
+                _nvml(pynvml.nvmlEventSetFree, event_set)
+            raise NotSupported("no GPU reports XID events")
+        self._event_set = event_set
+
+def _address(handle: Any) -> int | None:
+    """A device handle's address: the same GPU's handle compares equal however NVML hands it out."""
+    return ctypes.cast(handle, ctypes.c_void_p).value
 
 
 def _first_of(handle: Any, current: Callable[[Any], T], legacy: Callable[[Any], T]) -> T:

@@ -14,10 +14,11 @@ The format (docs/gpu.md has the full description and how to record one)::
           power_watts: 629.45 W
         scrapes:                      # per-scrape overrides of `values`, scrape 1 first
           - {energy_joules: 812345.1 J}
-          - {energy_joules: 821790.0 J}
+          - {energy_joules: 821790.0 J, xid_events: [79]}   # events the driver reported before scrape 2
 
 Every GPU field (a GpuBackend method name) must be recorded or listed under ``unsupported`` /
-``function_not_found``, so a typo is an error and not a silently missing series.
+``function_not_found``, so a typo is an error and not a silently missing series; ``xid_events`` (XID codes
+reported before that scrape, once each) is the exception: a scrape without it had no events.
 """
 
 from __future__ import annotations
@@ -185,6 +186,12 @@ def _gpm(value: Any, where: str) -> GpmMetrics:
     return GpmMetrics(**{n: quantity(spec[n], f"{where}.{n}") if n in spec else None for n in names})
 
 
+def _xids(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in value):
+        raise ProfileError(f"{where}: expected a list of XID codes such as [79, 48]")
+    return list(value)
+
+
 def _record(cls: Callable[..., Any], keys: dict[str, str], convert: Callable[[Any, str], Any] = quantity,
             optional: tuple[str, ...] = ()) -> Callable[[Any, str], Any]:
     """A parser for a small dataclass: profile key -> dataclass field, each value through ``convert``."""
@@ -227,7 +234,10 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
                                             "pending": "pending", "failed": "failed"}, _flag_or_int),
     "processes": _processes,
     "gpm": _gpm,
+    "xid_events": _xids,
 }
+# Events, not readings: a scrape that records none had none.
+OPTIONAL_FIELDS = frozenset({"xid_events"})
 
 
 def _fields(value: Any, where: str) -> dict[str, Any]:
@@ -268,7 +278,7 @@ def _gpu(value: Any, where: str) -> GpuRecording:
     unsupported = _names(spec.get("unsupported", []), f"{where}.unsupported", recorded)
     missing_fn = _names(spec.get("function_not_found", []), f"{where}.function_not_found", recorded)
     for field in FIELDS:
-        if field not in recorded | unsupported | missing_fn:
+        if field not in recorded | unsupported | missing_fn | OPTIONAL_FIELDS:
             raise ProfileError(f"{where}: field {field} is neither recorded nor listed under unsupported")
     lost = spec.get("lost_from_scrape")
     if lost is not None and (not isinstance(lost, int) or isinstance(lost, bool) or lost < 1):

@@ -141,6 +141,17 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "the idle share it tells bursts from a flat low line."),
     Parameter("cpu_busy_ratio", 0.9, "Share of all CPU time that is busy (not idle, not iowait) above "
               "which the node's CPUs are saturated."),
+    Parameter("cpu_starved_gpu_util", 0.5, "GPU-Util below which a GPU that holds a job's memory counts as "
+              "underfed: with saturated CPUs, the CPUs are then the bottleneck (BottleneckCpuSaturated)."),
+    Parameter("cpu_starved_data_wait", 0.2, "Data-wait share of a rank above which saturated CPUs count as "
+              "starving its input pipeline (BottleneckCpuSaturated)."),
+    Parameter("runqueue_wait_per_cpu", 0.25, "Seconds per second, per CPU, that runnable tasks wait for a "
+              "core (/proc/schedstat) above which tasks queue for the CPUs."),
+    Parameter("cpu_pressure_ratio", 0.5, "Share of time at least one task waits for a CPU (PSI cpu some) "
+              "above which tasks queue for the cores. A job that keeps exactly one thread per core stays well "
+              "below it; twice as many runnable threads as cores read near 100%."),
+    Parameter("loader_cpu_share", 0.5, "Share of the node's busy CPU time that DataLoader workers must use "
+              "for saturated cores to count as the loaders' own (not other processes starving them)."),
     Parameter("load_per_cpu", 1.5, "Load average (1 min) per CPU above which runnable tasks queue for "
               "the cores."),
     Parameter("workers_per_cpu", 1.0, "DataLoader workers (summed over the ranks on a node) per CPU above "
@@ -151,6 +162,11 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "memory (warning)."),
     Parameter("memory_available_ratio_critical", 0.05, "MemAvailable share of RAM below which the OOM "
               "killer is close (critical)."),
+    Parameter("memory_pressure_ratio", 0.1, "Share of time at least one task stalls on memory (PSI memory "
+              "some: reclaim, swap-in, thrashing) above which the node is short of memory (warning), whatever "
+              "MemAvailable says. Kernels without PSI leave this condition out."),
+    Parameter("memory_pressure_ratio_critical", 0.3, "PSI memory some share above which the memory "
+              "shortage is critical."),
     Parameter("swap_pages_per_second", 100, "Pages swapped in plus out per second above which swapping "
               "slows training (4 KiB pages: 100/s is 400 KiB/s of random IO)."),
     Parameter("gpu_memory_underused_ratio", 0.5, "GPU memory share below which a training GPU has room "
@@ -175,9 +191,17 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "drop to Gen1 when idle by design)."),
     Parameter("gpu_imbalance_spread", 0.4, "Difference in GPU busy share between the busiest and the "
               "idlest rank of one job above which the job is imbalanced."),
-    Parameter("straggler_factor", 1.2, "A rank whose step time, or whose local work per step, exceeds this "
-              "many times the job's median is a straggler."),
+    Parameter("straggler_factor", 1.2, "A rank whose step time, or whose own work per step (the step minus "
+              "the time it waits in collectives), exceeds this many times the job's median is a straggler."),
     Parameter("network_saturation_ratio", 0.9, "Share of the link speed above which a NIC is saturated."),
+    Parameter("xid_window", "1h", "How long an XID error keeps its alert firing: an XID is one event, "
+              "and the GPU stays suspect until someone has looked.", "duration"),
+    Parameter("xid_fatal", "48|63|64|74|79|92|94|95|119|120", "XID codes that mean a broken GPU, a GPU off "
+              "the bus or one that needs a reset (regex over `xid`); see the runbook of BottleneckGpuXidFatal.",
+              "regex"),
+    Parameter("xid_application", "13|31|43", "XID codes that mean a job crashed on the GPU (illegal memory "
+              "access, engine exception, channel reset): usually the application, sometimes the GPU.",
+              "regex"),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
@@ -202,21 +226,69 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("step_mean", f"job_rank:bottleneck_train_step_seconds:mean{W}",
            f"rate(bottleneck_train_step_duration_seconds_sum[{W}])\n"
            f"/\nrate(bottleneck_train_step_duration_seconds_count[{W}])", "training"),
-    Record("local_work", f"job_rank:bottleneck_train_local_work_seconds:mean{W}",
-           'sum without (phase) (rate(bottleneck_train_phase_seconds_total{phase=~"data_wait|forward|optimizer"}'
-           f"[{W}]))\n/\nrate(bottleneck_train_steps_total[{W}])", "training"),
+    # Host seconds per step this rank waits in its collectives: the hook's collective phase where the rank
+    # reports it, else backward (DDP's all-reduce wait sits inside backward, so backward is the proxy).
+    Record("collective_wait", f"job_rank:bottleneck_train_collective_wait_seconds:mean{W}",
+           f'(\n  sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
+           f'  or\n  sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}]))\n)'
+           f"\n/\nrate(bottleneck_train_steps_total[{W}])", "training"),
     Record("gpu_busy", f"job_rank:bottleneck_train_gpu_busy:ratio_rate{W}",
            f"rate(bottleneck_train_gpu_busy_seconds_total[{W}])\n/\n"
            f"(rate(bottleneck_train_gpu_busy_seconds_total[{W}]) + rate(bottleneck_train_gpu_idle_seconds_total[{W}]))",
            "training"),
     Record("step_vs_median", f"job_rank:bottleneck_train_step_seconds:ratio_to_job_median{W}",
            "<<step_mean>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<step_mean>>)", "training"),
-    Record("local_vs_median", f"job_rank:bottleneck_train_local_work_seconds:ratio_to_job_median{W}",
-           "<<local_work>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<local_work>>)", "training"),
+    # In a synchronous job every rank's step is as long as the slowest rank's; what differs is how long
+    # each waits for the others. The step minus that wait is the rank's own work, wherever it is spent
+    # (in a phase or between phases): the rank the others wait for is the one with the most.
+    Record("own_work", f"job_rank:bottleneck_train_own_work_seconds:mean{W}", "<<step_mean>> - <<collective_wait>>",
+           "training"),
+    Record("own_vs_median", f"job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median{W}",
+           "<<own_work>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<own_work>>)", "training"),
+    # Seconds per step in each place a rank's time can go: the named phases (backward without the
+    # collective wait where the rank reports it) and between_phases (its own code outside them).
+    Record("phase_per_step", f"job_rank_phase:bottleneck_train_phase_seconds:per_step_rate{W}",
+           f'rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|optimizer"}}[{W}])\n'
+           f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
+           f'  (\n    rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
+           f'    - ignoring (phase)\n    rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}])\n  )\n'
+           f'  / rate(bottleneck_train_steps_total[{W}]),\n  "phase", "backward", "job", ".*"\n)\nor\n'
+           f'rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
+           f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
+           f'  (\n    sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))\n'
+           f'    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|'
+           f'backward|optimizer"}}[{W}]))\n  )\n  / rate(bottleneck_train_steps_total[{W}]),\n'
+           '  "phase", "between_phases", "job", ".*"\n)', "training"),
+    # Each place's seconds per step above the job's median for it, plus a nanosecond-scale priority per
+    # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest.
+    Record("phase_excess", f"job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate{W}",
+           "<<phase_per_step>>\n- on (job, phase) group_left ()\nquantile by (job, phase) (0.5, <<phase_per_step>>)"
+           "\n+ on (phase) group_left ()\n(\n" + "\n  or ".join(
+               f'  label_replace(vector({priority}e-09), "phase", "{place}", "job", ".*")'.lstrip(" ") if i else
+               f'  label_replace(vector({priority}e-09), "phase", "{place}", "job", ".*")'
+               for i, (priority, place) in enumerate(((5, "between_phases"), (4, "data_wait"), (3, "forward"),
+                                                      (2, "backward"), (1, "optimizer")))) + "\n)", "training"),
+    # Where each rank's time goes beyond its peers': the place with the largest excess (label phase).
+    Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
+           "<<phase_excess>>\n== on (instance, job, rank) group_left ()\n"
+           "max by (instance, job, rank) (<<phase_excess>>)", "training"),
     # Per node.
     Record("cpu_busy", f"instance:bottleneck_cpu_busy:ratio_rate{W}",
            f'1 - (\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))\n'
            f"  /\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total[{W}]))\n)", "node"),
+    Record("cpu_busy_cores", f"instance:bottleneck_cpu_busy_cores:rate{W}",
+           f'sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode!~"idle|iowait"}}[{W}]))', "node"),
+    Record("cpu_free_cores", f"instance:bottleneck_cpu_free_cores:rate{W}",
+           f'sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))', "node"),
+    Record("cpu_pressure", f"instance:bottleneck_cpu_pressure_some:ratio_rate{W}",
+           'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="cpu", kind="some"}'
+           f"[{W}]))", "node"),
+    Record("memory_pressure", f"instance:bottleneck_memory_pressure_some:ratio_rate{W}",
+           'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="memory", kind="some"}'
+           f"[{W}]))", "node"),
+    Record("runqueue_wait", f"instance:bottleneck_cpu_runqueue_wait_per_cpu:ratio_rate{W}",
+           f"sum without (cpu) (rate(bottleneck_cpu_runqueue_wait_seconds_total[{W}]))\n/\nbottleneck_cpus",
+           "node"),
     Record("load_per_cpu", "instance:bottleneck_load1_per_cpu:ratio", "bottleneck_load1 / bottleneck_cpus",
            "node"),
     Record("ctx_per_cpu", f"instance:bottleneck_context_switches_per_cpu:rate{W}",
@@ -245,6 +317,14 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            f'{{role="main"}}[{W}])\n'
            "  and on (instance, process, local_rank) (bottleneck_training_dataloader_workers_found == 0)\n)",
            "node"),
+    # DataLoader workers' CPU (cores) per training process, and the share of the CPU they could get that
+    # they use: their own plus what is left idle. Workers that share saturated cores are each below a full
+    # core, yet together they take all there is.
+    Record("loader_cpu", f"instance_process:bottleneck_training_loader_cpu:rate{W}",
+           'sum without (role, mode) (rate(bottleneck_training_cpu_seconds_total{role="data_worker"}'
+           f"[{W}]))", "node"),
+    Record("loader_cpu_of_available", f"instance_process:bottleneck_training_loader_cpu:ratio_of_available_rate{W}",
+           "<<loader_cpu>>\n/\n(<<loader_cpu>> + on (instance) group_left () <<cpu_free_cores>>)", "node"),
     Record("training_processes", "instance:bottleneck_training_processes:count",
            "count by (instance) (bottleneck_train_info)\nor\ncount by (instance) (bottleneck_training_process_info)",
            "node"),
@@ -265,6 +345,25 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("throttle", f"instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg{W}",
            'max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{reason=~"${throttle_reasons}"}'
            f"[{W}]))", "gpu"),
+    # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
+    # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
+    Record("node_cause", "instance:bottleneck_node_slowdown_cause:info", "\nor on (instance)\n".join(
+        f'label_replace(\n  {condition},\n  "cause", "{cause}", "instance", ".*"\n)' for condition, cause in (
+            ("max by (instance) (increase(bottleneck_gpu_xid_errors_total[${xid_window}])) > 0",
+             "XID errors on a GPU of its node"),
+            ("max by (instance) (<<throttle>>) > ${throttle_active_ratio}",
+             "a GPU of its node is throttled (thermal, HW slowdown or power brake)"),
+            ("max by (instance) (<<pcie>> < 1 and <<gpu_util>> > ${pcie_busy_util})",
+             "a GPU of its node runs on a degraded PCIe link"),
+            ("max by (instance) (<<loader_busiest>> or <<loader_cpu_of_available>>) >= ${loader_busy_ratio}",
+             "its node's DataLoader workers use all the CPU they can get"),
+            ("max by (instance) (<<cpu_pressure>>) > ${cpu_pressure_ratio}",
+             "tasks on its node queue for the CPUs (PSI cpu)"),
+            ("max by (instance) (<<memory_pressure>>) > ${memory_pressure_ratio}",
+             "its node stalls on memory (PSI memory)"),
+            ("count by (instance) (bottleneck_train_info)",
+             "none of its node's signals stands out: work only this rank does"),
+        )), "gpu"),
 )}
 
 # The node's storage holds the input back and the loaders are not what is busy.
@@ -273,6 +372,43 @@ IO_BLOCKED = (
     "    or on (instance) max by (instance) (<<disk_busy>>) > ${disk_busy_ratio}\n  )\n"
     "  unless on (instance) max by (instance) (<<loader_busiest>>) >= ${loader_busy_ratio}"
 )
+# Node verdicts hold only where a job trains: a saturated CPU or NIC on a node without training is no
+# training bottleneck.
+TRAINING = "\nand on (instance) <<training_processes>>"
+# What each XID the alerts watch means, and what to do (NVIDIA's Xid catalogue, docs.nvidia.com/deploy/xid-errors).
+XID_MEANINGS: dict[int, tuple[str, str]] = {
+    13: ("Graphics Engine Exception: the job ran an illegal instruction or accessed memory out of range",
+         "fix or restart the job; if it recurs with healthy code, run the GPU's diagnostics (dcgmi diag)"),
+    31: ("GPU memory page fault: the job accessed an address it does not own (a bug, a bad kernel, or "
+         "corrupted memory)", "restart the job; run compute-sanitizer on it; if it recurs across jobs, test "
+         "the GPU"),
+    43: ("GPU stopped processing: the job's channel hit a fault and was reset (the job crashed or was killed)",
+         "restart the job; the GPU itself is fine unless other XIDs come with it"),
+    48: ("Double-bit ECC error: memory corruption the GPU could not correct",
+         "drain the node, reset the GPU; replace the card if it recurs"),
+    63: ("Row remapping event (ECC page retirement): a memory row was marked for remapping",
+         "reset the GPU when its jobs end, so the remapping takes effect"),
+    64: ("Row remapping or page retirement failed", "drain the node and reset the GPU; the card may need RMA"),
+    74: ("NVLink error: a link between GPUs failed", "drain the node, reset the GPUs, check the NVLink bridges "
+         "or NVSwitch fabric"),
+    79: ("GPU has fallen off the bus: the driver lost contact over PCIe",
+         "drain the node and reboot; check the slot, riser, power cables and temperatures"),
+    92: ("High single-bit ECC error rate", "watch the ECC counters; plan a replacement if it persists"),
+    94: ("Contained ECC error: the affected job was stopped, others go on",
+         "restart the job; reset the GPU when it is idle"),
+    95: ("Uncontained ECC error: every job on the GPU is affected", "drain the node and reset the GPU"),
+    119: ("GSP RPC timeout: the GPU's system processor stopped answering",
+          "drain the node, reset the GPU or reboot; update the driver"),
+    120: ("GSP error: the GPU's system processor failed", "drain the node, reset the GPU; update the driver"),
+}
+
+
+def _xid_runbook(codes: str) -> str:
+    """One line per XID for the runbook: what it means; what to do."""
+    return "\n\n" + "\n".join(f"- XID {code}: {XID_MEANINGS[int(code)][0]}. Do: {XID_MEANINGS[int(code)][1]}."
+                               for code in codes.split("|"))
+
+
 RANK = ("instance", "job", "rank")
 NODE = ("instance",)
 GPU = ("instance", "gpu", "uuid")
@@ -301,19 +437,26 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="LoaderSaturated",
         verdict="input-bound (data loading)",
-        expr="<<loader_busiest>> >= ${loader_busy_ratio}\nand on (instance)\n"
-        "max by (instance) (<<gpu_util>>) < ${loader_gpu_util_max}",
+        expr="(\n  <<loader_busiest>> >= ${loader_busy_ratio}\n  or\n"
+        "  <<loader_cpu_of_available>> >= ${loader_busy_ratio}\n"
+        "  and on (instance) sum by (instance) (<<loader_cpu>>) / on (instance) <<cpu_busy_cores>> "
+        ">= ${loader_cpu_share}\n)\nand on (instance)\nmax by (instance) (<<gpu_util>>) < ${loader_gpu_util_max}",
         for_="5m",
-        summary="A DataLoader thread on {{ $labels.instance }} is pegged while its GPUs idle.",
-        description="The busiest loader thread of {{ $labels.process }} (local rank {{ $labels.local_rank }}) "
-        "on {{ $labels.instance }} uses {{ $value | humanizePercentage }} of a core while no GPU on the node "
-        "is more than ${loader_gpu_util_max:pct} busy.",
+        summary="The DataLoader of {{ $labels.process }} on {{ $labels.instance }} uses all the CPU it can get "
+        "while the GPUs idle.",
+        description="GPU-Util is under ${loader_gpu_util_max:pct} on {{ $labels.instance }} while the loaders of "
+        "{{ $labels.process }} (local rank {{ $labels.local_rank }}) use all the CPU they can get: "
+        "{{ $value | humanizePercentage }} of a core for the busiest loader thread, or, where the workers "
+        "share the cores, of the CPU the node leaves them.",
         advice="Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set "
         "pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
-        meaning="Seen from outside the training process (no hook needed): one loader thread is at a full "
-        "core, the GPUs are mostly idle. The thread is a DataLoader worker (`pt_data_worker`), or the "
-        "trainer's main thread when no workers exist.",
+        meaning="Seen from outside the training process (no hook needed): the GPUs are mostly idle while the "
+        "loaders use all the CPU they can get. Either one loader thread is at a full core (a DataLoader worker, "
+        "`pt_data_worker`, or the trainer's main thread when no workers exist), or the workers share "
+        "saturated cores, each below a full core, taking together at least ${loader_busy_ratio:pct} of the CPU "
+        "not used by others and at least ${loader_cpu_share:pct} of the node's busy CPU time.",
         evidence="`bottleneck_training_busiest_thread_cpu_ratio` by role, "
+        "`bottleneck_training_cpu_seconds_total{role=\"data_worker\"}` against `bottleneck_cpu_seconds_total`, "
         "`bottleneck_training_dataloader_workers_found`, `bottleneck_gpu_utilization_ratio`.",
         scope=("instance", "process", "local_rank"), unit="percentunit", group="node",
     ),
@@ -355,23 +498,34 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="CpuSaturated",
         verdict="CPU saturated",
-        expr="<<cpu_busy>> > ${cpu_busy_ratio}",
+        # Busy CPUs alone are a healthy CPU-only job; they are a bottleneck when something starves for them.
+        expr="<<cpu_busy>> > ${cpu_busy_ratio}\nand on (instance) (\n"
+        "  max by (instance) (<<gpu_util>> < ${cpu_starved_gpu_util} and <<gpu_mem>> > ${gpu_memory_in_use_ratio})\n"
+        "  or max by (instance) (<<data_wait>>) > ${cpu_starved_data_wait}\n"
+        "  or max by (instance) (<<runqueue_wait>>) > ${runqueue_wait_per_cpu}\n"
+        "  or max by (instance) (<<cpu_pressure>>) > ${cpu_pressure_ratio}\n)" + TRAINING,
         for_="10m",
-        summary="The CPUs of {{ $labels.instance }} are saturated.",
+        summary="The CPUs of {{ $labels.instance }} are saturated and training starves for them.",
         description="{{ $labels.instance }} is {{ $value | humanizePercentage }} busy across all its CPUs "
-        "(threshold ${cpu_busy_ratio:pct}).",
+        "(threshold ${cpu_busy_ratio:pct}) while something starves: a GPU holding a job's memory under "
+        "${cpu_starved_gpu_util:pct} busy, a rank waiting for data over ${cpu_starved_data_wait:pct} of its "
+        "steps, or tasks queueing for a core (run-queue wait or PSI cpu).",
         advice="Stop competing processes, keep num_workers at or below the free cores, set torch threads "
         "per rank (OMP_NUM_THREADS), move preprocessing to the GPU.",
         meaning="No core is left for the trainer, its loaders or the CUDA driver threads; everything on the "
-        "node slows down together.",
+        "node slows down together. Busy cores alone are no verdict: a CPU-only job that uses every core for "
+        "its own compute is healthy. The rule fires only on a node where a job trains and something starves: "
+        "underfed GPUs, a rank waiting for data, or tasks queueing for a core (`/proc/schedstat` run-queue "
+        "wait, or PSI cpu where the kernel has it).",
         evidence="`bottleneck_cpu_seconds_total` by mode, `bottleneck_training_cpu_seconds_total` by role, "
-        "`bottleneck_pressure_seconds_total{resource=\"cpu\"}`.",
+        "`bottleneck_pressure_seconds_total{resource=\"cpu\"}`, `bottleneck_cpu_runqueue_wait_seconds_total`, "
+        "`bottleneck_gpu_utilization_ratio`, the ranks' data wait.",
         scope=NODE, unit="percentunit", group="node",
     ),
     Heuristic(
         name="CpuOverloaded",
         verdict="CPU saturated (run queue longer than the cores)",
-        expr="<<load_per_cpu>> > ${load_per_cpu}",
+        expr="<<load_per_cpu>> > ${load_per_cpu}" + TRAINING,
         for_="10m",
         summary="More tasks want to run on {{ $labels.instance }} than it has CPUs.",
         description="The 1-minute load average of {{ $labels.instance }} is {{ $value | humanize }} per CPU "
@@ -405,7 +559,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="ContextSwitchStorm",
         verdict="oversubscribed (context-switch storm)",
-        expr="<<ctx_per_cpu>> > ${context_switches_per_cpu}",
+        expr="<<ctx_per_cpu>> > ${context_switches_per_cpu}" + TRAINING,
         for_="15m",
         summary="{{ $labels.instance }} switches between threads very often.",
         description="{{ $labels.instance }} makes {{ $value | humanize }} context switches per second per CPU "
@@ -421,24 +575,30 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="MemoryPressure",
         verdict="memory pressure",
-        expr="<<mem_available>> < ${memory_available_ratio}",
+        expr="(\n  <<mem_available>> < ${memory_available_ratio}\n  or on (instance)\n"
+        "  <<mem_available>> and on (instance) max by (instance) (<<memory_pressure>>) > ${memory_pressure_ratio}"
+        "\n)" + TRAINING,
         for_="5m",
         summary="{{ $labels.instance }} is running out of memory.",
         description="Only {{ $value | humanizePercentage }} of the RAM of {{ $labels.instance }} is available "
-        "(threshold ${memory_available_ratio:pct}; critical below ${memory_available_ratio_critical:pct}).",
+        "(threshold ${memory_available_ratio:pct}; critical below ${memory_available_ratio_critical:pct}), or "
+        "tasks stall on memory more than ${memory_pressure_ratio:pct} of the time (PSI memory; critical above "
+        "${memory_pressure_ratio_critical:pct}).",
         advice="Smaller batch, fewer DataLoader workers or a lower prefetch_factor (every worker holds "
         "prefetched batches), share the dataset instead of copying it per worker, add RAM.",
         meaning="The page cache is gone and the kernel reclaims memory from the training processes; next "
         "come swapping and the OOM killer.",
-        evidence="`bottleneck_memory_available_bytes`, `bottleneck_training_resident_memory_bytes` per "
-        "process, `bottleneck_memory_oom_kills_total`.",
+        evidence="`bottleneck_memory_available_bytes`, `bottleneck_pressure_seconds_total{resource=\"memory\"}` "
+        "(PSI, where the kernel has it), `bottleneck_training_resident_memory_bytes` per process, "
+        "`bottleneck_memory_oom_kills_total`.",
         scope=NODE, unit="percentunit", group="node",
-        tiers=(Tier("warning"), Tier("critical", {"memory_available_ratio": "memory_available_ratio_critical"})),
+        tiers=(Tier("warning"), Tier("critical", {"memory_available_ratio": "memory_available_ratio_critical",
+                                                  "memory_pressure_ratio": "memory_pressure_ratio_critical"})),
     ),
     Heuristic(
         name="Swapping",
         verdict="memory pressure (swapping)",
-        expr="<<swap_io>> > ${swap_pages_per_second}",
+        expr="<<swap_io>> > ${swap_pages_per_second}" + TRAINING,
         for_="10m",
         summary="{{ $labels.instance }} is swapping.",
         description="{{ $labels.instance }} swaps {{ $value | humanize }} pages per second in and out "
@@ -575,25 +735,40 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="StragglerRank",
         verdict="straggler rank",
-        expr="<<step_vs_median>> > ${straggler_factor}\nor\n<<local_vs_median>> > ${straggler_factor}",
+        # The joins add two labels: phase (where the rank's extra time goes) and cause (what its node shows).
+        expr="(\n<<step_vs_median>> > ${straggler_factor}\nor\n<<own_vs_median>> > ${straggler_factor}\n)\n"
+        "+ on (instance, job, rank) group_left (phase) (0 * <<slow_phase>>)\n"
+        "+ on (instance) group_left (cause) (0 * <<node_cause>>)",
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.job }} is a straggler.",
         description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} is "
-        "{{ $value | humanize }} times the job's median in step time or, where the all-reduce evens step "
-        "times out, in local work per step (data wait + forward + optimizer; threshold ${straggler_factor}).",
-        advice="Look at that node: a throttled or degraded GPU, a busy CPU, slow local storage; if the slow "
-        "rank rotates, the input pipeline is the cause.",
+        "{{ $value | humanize }} times the job's median in step time or, where the collectives even step "
+        "times out, in own work per step (the step minus its wait in collectives; threshold "
+        "${straggler_factor}). Its extra time goes to {{ $labels.phase }} (between_phases: its own code "
+        "outside forward, backward and optimizer, such as logging, evaluation or checkpoints). Likely cause: "
+        "{{ $labels.cause }}.",
+        advice="Look at the cause the alert names: its node's GPU (throttling, PCIe link, XID errors), its "
+        "loaders' CPU, the node's CPU or memory pressure; with none, the work only this rank does (rank-0 "
+        "logging, evaluation, checkpoints: move it off the critical path or spread it over the ranks). If "
+        "the slow rank rotates, the input pipeline is the cause.",
         meaning="One rank is slower than its peers and synchronous training waits for it at every "
-        "all-reduce. Because that wait evens out whole-step times, the rule also compares each rank's "
-        "local work per step (data wait + forward + optimizer), which the all-reduce does not touch.",
-        evidence="`bottleneck_train_step_duration_seconds` and `bottleneck_train_phase_seconds_total` per "
-        "rank, the node alerts of the straggler's instance.",
+        "collective. That wait evens out whole-step times, so the rule also compares each rank's own work "
+        "per step: its step time minus the time it waits in collectives. The rank the others wait for is "
+        "the one that waits least. The wait is the hook's `collective` phase where the rank reports it, "
+        "else backward (DDP's all-reduce wait sits inside backward; backward is then no place of its own "
+        "work). The label phase names where the rank's time goes beyond its peers' (the place with the "
+        "largest excess over the job's median per step, between_phases included); the label cause is the "
+        "first of these its node shows: XID errors, a throttled GPU, a degraded PCIe link under load, "
+        "loaders using all the CPU they can get, PSI cpu, PSI memory, else nothing.",
+        evidence="`bottleneck_train_phase_seconds_total` per rank and phase (collective, backward, step), "
+        "the recorded `job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate${rate_window}`, "
+        "`instance:bottleneck_node_slowdown_cause:info`, the node alerts of the straggler's instance.",
         scope=RANK, unit="short", group="training",
     ),
     Heuristic(
         name="NetworkBound",
         verdict="network-bound",
-        expr="<<net_util>> > ${network_saturation_ratio}",
+        expr="<<net_util>> > ${network_saturation_ratio}" + TRAINING,
         for_="10m",
         summary="NIC {{ $labels.device }} of {{ $labels.instance }} is saturated.",
         description="{{ $labels.device }} on {{ $labels.instance }} carries {{ $value | humanizePercentage }} "
@@ -660,6 +835,43 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_gpu_ecc_errors_total{type=\"uncorrected\"}`, `bottleneck_gpu_remapped_rows_pending`, "
         "`bottleneck_gpu_remapped_rows_failed`.",
         scope=GPU, unit="short", group="gpu", tiers=(Tier("critical"),),
+    ),
+    Heuristic(
+        name="GpuXidFatal",
+        verdict="hardware fault (XID error)",
+        expr='increase(bottleneck_gpu_xid_errors_total{xid=~"${xid_fatal}"}[${xid_window}]) > 0',
+        for_="1m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} reported XID {{ $labels.xid }}.",
+        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} reported XID "
+        "{{ $labels.xid }} ({{ $value | humanize }} in the last ${xid_window}): a broken GPU, a GPU off the "
+        "bus, or one that needs a reset.",
+        advice="Drain the node (no new jobs on it), read the runbook's line for this XID, reset the GPU or "
+        "reboot; replace the card if the XID returns.",
+        meaning="NVML reported an XID event (the driver's error report, also in the kernel log as "
+        "`NVRM: Xid`). These codes mean the hardware or its firmware failed; jobs on the GPU crashed or "
+        "compute wrong results. The alert holds for ${xid_window} after the last one. Per XID (default list):"
+        + _xid_runbook("48|63|64|74|79|92|94|95|119|120"),
+        evidence="`bottleneck_gpu_xid_errors_total` by xid, `bottleneck_gpu_up`, "
+        "`bottleneck_gpu_ecc_errors_total`, `bottleneck_gpu_remapped_rows_pending`, the kernel log "
+        "(`dmesg | grep Xid`).",
+        scope=("instance", "gpu", "uuid", "xid"), unit="short", group="gpu", tiers=(Tier("critical"),),
+    ),
+    Heuristic(
+        name="GpuXidApplication",
+        verdict="job crashed on the GPU (XID error)",
+        expr='increase(bottleneck_gpu_xid_errors_total{xid=~"${xid_application}"}[${xid_window}]) > 0',
+        for_="1m",
+        summary="A job on GPU {{ $labels.gpu }} of {{ $labels.instance }} crashed (XID {{ $labels.xid }}).",
+        description="GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} reported XID "
+        "{{ $labels.xid }} ({{ $value | humanize }} in the last ${xid_window}): a job on it hit a GPU "
+        "exception.",
+        advice="Look at the job that ran on this GPU (its log ends with a CUDA error); fix or restart it. "
+        "If the same XID hits different jobs on this GPU only, test the GPU.",
+        meaning="These XIDs usually come from the application (illegal memory access, an out-of-range "
+        "instruction, a killed kernel), rarely from the GPU. Per XID (default list):" + _xid_runbook("13|31|43"),
+        evidence="`bottleneck_gpu_xid_errors_total` by xid, the job's log, the kernel log "
+        "(`dmesg | grep Xid`).",
+        scope=("instance", "gpu", "uuid", "xid"), unit="short", group="gpu",
     ),
     Heuristic(
         name="ExporterDown",

@@ -5,7 +5,8 @@ this node with no Prometheus at hand, so the Python verdicts and the alert rules
 The scenario table checks it against ``promtool test rules`` on every heuristic.
 
 Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``increase``,
-``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``, ``absent``; ``sum avg min max count quantile``
+``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``, ``absent``, ``vector``, ``label_replace``;
+``sum avg min max count quantile``
 with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
 and ``group_left``. Anything else is a :class:`PromQLError` naming the construct.
 
@@ -100,6 +101,13 @@ class Number:
 
 
 @dataclasses.dataclass(frozen=True)
+class String:
+    """A string literal: only as an argument of label_replace()."""
+
+    value: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Call:
     func: str
     args: tuple[Node, ...]
@@ -130,7 +138,7 @@ class Negate:
     expr: Node
 
 
-Node = Selector | Number | Call | Aggregate | Binary | Negate
+Node = Selector | Number | String | Call | Aggregate | Binary | Negate
 
 TOKEN = re.compile(
     r"""\s*(?:
@@ -251,6 +259,9 @@ class Parser:
         if kind == "number":
             self.take()
             return Number(float(value))
+        if kind == "string":
+            self.take()
+            return String(unquote(value))
         if value == "(":
             self.take()
             node = self.binary(0)
@@ -285,7 +296,7 @@ class Parser:
 
     def call(self) -> Node:
         func = self.take()[1]
-        if func not in (*RANGE_FUNCTIONS, "time", "absent"):
+        if func not in (*RANGE_FUNCTIONS, "time", "absent", "vector", "label_replace"):
             raise PromQLError(f"function {func}() is not supported by this evaluator")
         self.take("(")
         args: list[Node] = []
@@ -298,6 +309,12 @@ class Parser:
             raise PromQLError("time() takes no arguments")
         if func == "absent" and len(args) != 1:
             raise PromQLError("absent() takes one instant vector")
+        if func == "vector" and len(args) != 1:
+            raise PromQLError("vector() takes one scalar")
+        if func == "label_replace" and (
+            len(args) != 5 or isinstance(args[0], String) or not all(isinstance(a, String) for a in args[1:])
+        ):
+            raise PromQLError("label_replace() takes a vector and four strings: dst, replacement, src, regex")
         if func in RANGE_FUNCTIONS and (
             len(args) != 1 or not isinstance(args[0], Selector) or args[0].range_seconds is None
         ):
@@ -425,6 +442,8 @@ class Evaluator:
     def eval(self, node: Node) -> Value:
         if isinstance(node, Number):
             return node.value
+        if isinstance(node, String):
+            raise PromQLError(f"a string ({node.value!r}) is only allowed as an argument of label_replace()")
         if isinstance(node, Negate):
             inner = self.eval(node.expr)
             if isinstance(inner, float):
@@ -458,6 +477,13 @@ class Evaluator:
             return self.at
         if node.func == "absent":
             return self.absent(node.args[0])
+        if node.func == "vector":
+            scalar = self.eval(node.args[0])
+            if not isinstance(scalar, float):
+                raise PromQLError("vector() needs a scalar")
+            return [Sample({}, scalar)]
+        if node.func == "label_replace":
+            return self.label_replace(node)
         selector = node.args[0]
         assert isinstance(selector, Selector) and selector.range_seconds is not None
         start = self.at - selector.range_seconds
@@ -480,6 +506,31 @@ class Evaluator:
                 result = min(window_v)
             if result is not None:
                 out.append(Sample(_without_name(labels), result))
+        return out
+
+    def label_replace(self, node: Call) -> Vector:
+        """Prometheus' label_replace: where ``regex`` matches all of ``src``'s value, ``dst`` becomes the
+        expanded replacement (an empty result removes it); other samples pass unchanged."""
+        inner = self.eval(node.args[0])
+        if isinstance(inner, float):
+            raise PromQLError("label_replace() needs an instant vector")
+        dst, replacement, src, regex = (a.value for a in node.args[1:] if isinstance(a, String))
+        try:
+            pattern = re.compile(f"^(?:{regex})$")
+        except re.error as err:
+            raise PromQLError(f"label_replace(): invalid regex {regex!r}: {err}") from None
+        template = re.sub(r"\$(\d+)|\$\{(\d+)\}", lambda m: "\\g<" + (m.group(1) or m.group(2)) + ">", replacement)
+        out: Vector = []
+        for sample in inner:
+            labels = dict(sample.labels)
+            match = pattern.match(labels.get(src, ""))
+            if match:
+                value = match.expand(template)
+                if value:
+                    labels[dst] = value
+                else:
+                    labels.pop(dst, None)
+            out.append(Sample(labels, sample.value))
         return out
 
     def absent(self, node: Node) -> Vector:

@@ -125,7 +125,8 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
          **values: float) -> list[Series]:
     """A node as the exporter's cpu, memory, pressure, disk and network collectors expose it."""
     v = {"cpus": 8, "busy": 0.3, "iowait": 0.02, "load": 2.0, "ctx_per_cpu": 2000, "mem_available": 0.5,
-         "swap": 0.0, "io_pressure": 0.05, "disk_busy": 0.2, "nic": 0.1, "nic_speed": 1.25e9, **values}
+         "swap": 0.0, "io_pressure": 0.05, "cpu_pressure": 0.1, "memory_pressure": 0.0, "disk_busy": 0.2,
+         "nic": 0.1, "nic_speed": 1.25e9, **values}
     b = {**v, **(before or {})}
     target = {"instance": instance, "job": EXPORTER_JOB}
     out: list[Series] = []
@@ -151,7 +152,9 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
         series("bottleneck_pressure_seconds_total", {**target, "resource": "io", "kind": "some"},
                counter(tl, v["io_pressure"], b["io_pressure"], initial=100)),
         series("bottleneck_pressure_seconds_total", {**target, "resource": "cpu", "kind": "some"},
-               counter(tl, 0.1, 0.1, initial=100)),
+               counter(tl, v["cpu_pressure"], b["cpu_pressure"], initial=100)),
+        series("bottleneck_pressure_seconds_total", {**target, "resource": "memory", "kind": "some"},
+               counter(tl, v["memory_pressure"], b["memory_pressure"], initial=100)),
         series("bottleneck_disk_io_time_seconds_total", {**target, "device": "nvme0n1"},
                counter(tl, v["disk_busy"], b["disk_busy"], initial=500)),
         series("bottleneck_disk_io_time_seconds_total", {**target, "device": "sda"},
@@ -163,6 +166,10 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
         series("bottleneck_network_speed_bytes", {**target, "device": "eth0"}, gauge(tl, v["nic_speed"])),
         series("up", target, gauge(tl, 1)),
     ]
+    if "runqueue" in values:  # seconds waited per second per CPU; /proc/schedstat is missing in some containers
+        out += [series("bottleneck_cpu_runqueue_wait_seconds_total", {**target, "cpu": cpu},
+                       counter(tl, v["runqueue"] * v["cpus"] / 2, b["runqueue"] * b["cpus"] / 2, initial=50))
+                for cpu in ("0", "1")]
     return out
 
 
@@ -232,10 +239,13 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
 
 def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
-         num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0") -> list[Series]:
+         num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
+         collective: float | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
-    Times are seconds per step; ``stall`` = (first minute without steps, minute steps resume)."""
+    Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
+    outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
+    as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume)."""
     labels = {"instance": instance, "job": job, "rank": rank_}
 
     def stalled(m: int) -> bool:
@@ -259,11 +269,12 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TR
         if not tl.before(m) and not stalled(m):
             last = m * 60.0
         last_step.append(None if tl.before(m) else last)
-    backward = step - data_wait - forward - optimizer
+    backward = round(step - data_wait - forward - optimizer - between, 9)
+    phases = [("data_wait", data_wait), ("forward", forward), ("backward", backward), ("optimizer", optimizer),
+              ("step", step)] + ([("collective", collective)] if collective is not None else [])
     out = [
         series("bottleneck_train_phase_seconds_total", {**labels, "phase": phase}, progressing(seconds / step))
-        for phase, seconds in (("data_wait", data_wait), ("forward", forward), ("backward", backward),
-                               ("optimizer", optimizer), ("step", step))
+        for phase, seconds in phases
     ]
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
@@ -281,8 +292,12 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TR
 
 
 def process(tl: Timeline, instance: str = INSTANCE, job: str = TRAIN_JOB, local_rank: str = "0",
-            main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None) -> list[Series]:
-    """A training process as the training collector sees it from /proc; absent before the start."""
+            main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
+            workers_cpu: float | None = None) -> list[Series]:
+    """A training process as the training collector sees it from /proc; absent before the start.
+
+    ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
+    together) adds the workers' CPU time counter."""
     target = {"instance": instance, "job": EXPORTER_JOB}
     proc = {"process": "train.py", "local_rank": local_rank}
 
@@ -299,6 +314,11 @@ def process(tl: Timeline, instance: str = INSTANCE, job: str = TRAIN_JOB, local_
     if workers:
         out.append(series("bottleneck_training_busiest_thread_cpu_ratio", {**target, **proc, "role": "data_worker"},
                           present(worker)))
+    if workers_cpu is not None:
+        cpu = counter(tl, workers_cpu, None, initial=10)
+        out.append(series("bottleneck_training_cpu_seconds_total",
+                          {**target, **proc, "role": "data_worker", "mode": "user"},
+                          [None if alive_until is not None and m >= alive_until else c for m, c in enumerate(cpu)]))
     return out
 
 
@@ -308,6 +328,21 @@ def ddp_job(tl: Timeline, slow_rank_data_wait: float) -> list[Series]:
     return [s for r in range(4)
             for s in rank(tl, rank_=str(r), instance=INSTANCE if r < 2 else INSTANCE_2, step=1.0,
                           data_wait=slow_rank_data_wait if r == 3 else 0.2, forward=0.2, optimizer=0.05)]
+
+
+def gloo_job(tl: Timeline, rank0_between: float) -> list[Series]:
+    """Three gloo ranks on one node, 0.8 s steps: each computes 0.5 s; rank 0 also spends ``rank0_between``
+    seconds between steps (logging), which ranks 1 and 2 wait out inside backward's all-reduce."""
+    return [s for r in range(3)
+            for s in rank(tl, rank_=str(r), step=0.8, data_wait=0.05, forward=0.2, optimizer=0.05,
+                          between=rank0_between if r == 0 else 0.0, device="cpu")]
+
+
+def xid(tl: Timeline, code: str, errors_at: Sequence[int], index: str = "0", instance: str = INSTANCE) -> list[Series]:
+    """The gpu collector's XID counter for one GPU and code: 0 until the first event, one more per event."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "gpu": index, "uuid": f"GPU-5e1f7c3a-000{index}", "xid": code}
+    return [series("bottleneck_gpu_xid_errors_total", labels,
+                   [float(sum(1 for at in errors_at if at <= m)) for m in range(tl.length + 1)])]
 
 
 def collectors(tl: Timeline, failing: Callable[[int], bool], instance: str = INSTANCE) -> list[Series]:
@@ -357,6 +392,12 @@ RANK0 = {"instance": INSTANCE, "job": TRAIN_JOB, "rank": "0"}
 NODE1 = {"instance": INSTANCE, "job": EXPORTER_JOB}
 GPU0 = {**NODE1, "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
 PROC0 = {**NODE1, "process": "train.py", "local_rank": "0"}
+NO_CAUSE = "none of its node's signals stands out: work only this rank does"
+
+
+def straggler(instance: str, rank_: str, phase: str, cause: str) -> dict[str, str]:
+    """The labels of a StragglerRank alert: the rank, where its extra time goes, what its node shows."""
+    return {"instance": instance, "job": TRAIN_JOB, "rank": rank_, "phase": phase, "cause": cause}
 
 
 def _s(alert: str, kind: str, name: str, build: Callable[[Timeline], list[Series]], *expect: Expect,
@@ -385,6 +426,15 @@ def _cases() -> list[Scenario]:
            lambda t: process(t, worker=0.95) + gpu(t, util=0.6)),
         _s("LoaderSaturated", NEAR_MISS, "main_thread_busy_dispatching_with_workers_present",
            lambda t: process(t, main=1.0, worker=0.3) + gpu(t, util=0.1)),
+        _s("LoaderSaturated", FIRES, "eight_workers_share_two_saturated_cores_while_the_gpu_idles",
+           lambda t: process(t, worker=0.25, workers=8, workers_cpu=1.9) + node(t, cpus=2, busy=0.98, iowait=0.0)
+           + gpu(t, util=0.1), e(PROC0)),
+        _s("LoaderSaturated", NEAR_MISS, "workers_share_saturated_cores_while_the_gpu_computes",
+           lambda t: process(t, worker=0.25, workers=8, workers_cpu=1.9) + node(t, cpus=2, busy=0.98, iowait=0.0)
+           + gpu(t, util=0.6)),
+        _s("LoaderSaturated", NEAR_MISS, "other_processes_saturate_the_cores_not_the_loaders",
+           lambda t: process(t, worker=0.2, workers=2, workers_cpu=0.3) + node(t, cpus=2, busy=0.98, iowait=0.0)
+           + gpu(t, util=0.1)),
         _s("LoaderSaturated", NOT_YET, "trainer_started_recently",
            lambda t: process(t, main=0.98, workers=0) + gpu(t, util=0.1), e(PROC0, 0.98)),
         _s("IoBound", FIRES, "dataset_on_saturated_disk_loaders_idle",
@@ -407,16 +457,34 @@ def _cases() -> list[Scenario]:
            lambda t: gpu(t, idle_samples=0.4, busy_samples=0.5, before={"idle_samples": 0.0, "busy_samples": 1.0}),
            e(GPU0), severity="info"),
         # -- CPU --------------------------------------------------------------------------------------
-        _s("CpuSaturated", FIRES, "all_cores_95pct_busy", lambda t: node(t, busy=0.95, iowait=0.0),
-           e(NODE1, 0.95)),
-        _s("CpuSaturated", NEAR_MISS, "cores_88pct_busy", lambda t: node(t, busy=0.88, iowait=0.0)),
-        _s("CpuSaturated", NEAR_MISS, "iowait_is_not_busy", lambda t: node(t, busy=0.6, iowait=0.38)),
+        _s("CpuSaturated", FIRES, "cores_95pct_busy_gpu_underfed",
+           lambda t: node(t, busy=0.95, iowait=0.0) + gpu(t, util=0.2) + process(t), e(NODE1, 0.95)),
+        _s("CpuSaturated", FIRES, "cpu_job_waits_for_data_on_saturated_cores",
+           lambda t: node(t, busy=0.96, iowait=0.0) + rank(t, data_wait=0.2, device="cpu") + process(t),
+           e(NODE1, 0.96)),
+        _s("CpuSaturated", FIRES, "psi_cpu_shows_tasks_queueing_for_the_cores",
+           lambda t: node(t, busy=0.95, iowait=0.0, cpu_pressure=0.7) + process(t), e(NODE1, 0.95)),
+        _s("CpuSaturated", FIRES, "runqueue_wait_shows_tasks_queueing_for_the_cores",
+           lambda t: node(t, busy=0.95, iowait=0.0, runqueue=0.6) + process(t), e(NODE1, 0.95)),
+        _s("CpuSaturated", NEAR_MISS, "cpu_only_job_uses_every_core_for_its_own_compute",
+           lambda t: node(t, busy=0.97, iowait=0.0, runqueue=0.05) + rank(t, data_wait=0.02, device="cpu")
+           + process(t)),
+        _s("CpuSaturated", NEAR_MISS, "saturated_and_queueing_but_no_job_trains_on_the_node",
+           lambda t: node(t, busy=0.97, iowait=0.0, cpu_pressure=0.9) + gpu(t, util=0.2)),
+        _s("CpuSaturated", NEAR_MISS, "cores_88pct_busy",
+           lambda t: node(t, busy=0.88, iowait=0.0) + gpu(t, util=0.2) + process(t)),
+        _s("CpuSaturated", NEAR_MISS, "iowait_is_not_busy",
+           lambda t: node(t, busy=0.6, iowait=0.38) + gpu(t, util=0.2) + process(t)),
         _s("CpuSaturated", NOT_YET, "cores_became_busy_recently",
-           lambda t: node(t, busy=0.98, iowait=0.0, before={"busy": 0.3}), e(NODE1)),
-        _s("CpuOverloaded", FIRES, "load_12_on_4_cpus", lambda t: node(t, cpus=4, load=12.0), e(NODE1, 3.0)),
-        _s("CpuOverloaded", NEAR_MISS, "load_5_6_on_4_cpus", lambda t: node(t, cpus=4, load=5.6)),
+           lambda t: node(t, busy=0.98, iowait=0.0, before={"busy": 0.3}) + gpu(t, util=0.2) + process(t),
+           e(NODE1)),
+        _s("CpuOverloaded", FIRES, "load_12_on_4_cpus", lambda t: node(t, cpus=4, load=12.0) + process(t),
+           e(NODE1, 3.0)),
+        _s("CpuOverloaded", NEAR_MISS, "load_5_6_on_4_cpus", lambda t: node(t, cpus=4, load=5.6) + process(t)),
+        _s("CpuOverloaded", NEAR_MISS, "load_12_on_4_cpus_but_no_job_trains_on_the_node",
+           lambda t: node(t, cpus=4, load=12.0)),
         _s("CpuOverloaded", NOT_YET, "load_rose_recently",
-           lambda t: node(t, cpus=4, load=12.0, before={"load": 2.0}), e(NODE1, 3.0)),
+           lambda t: node(t, cpus=4, load=12.0, before={"load": 2.0}) + process(t), e(NODE1, 3.0)),
         _s("DataLoaderWorkersExceedCpus", FIRES, "two_ranks_with_8_workers_on_8_cpus",
            lambda t: node(t) + rank(t, num_workers=8) + rank(t, rank_="1", num_workers=8),
            e({"instance": INSTANCE}, 16)),
@@ -427,28 +495,44 @@ def _cases() -> list[Scenario]:
         _s("DataLoaderWorkersExceedCpus", NOT_YET, "ranks_started_recently",
            lambda t: node(t) + rank(t, num_workers=8) + rank(t, rank_="1", num_workers=8),
            e({"instance": INSTANCE}, 16)),
-        _s("ContextSwitchStorm", FIRES, "30k_switches_per_cpu_second", lambda t: node(t, ctx_per_cpu=30000),
-           e(NODE1, 30000), severity="info"),
-        _s("ContextSwitchStorm", NEAR_MISS, "15k_switches_per_cpu_second", lambda t: node(t, ctx_per_cpu=15000),
-           severity="info"),
+        _s("ContextSwitchStorm", FIRES, "30k_switches_per_cpu_second",
+           lambda t: node(t, ctx_per_cpu=30000) + process(t), e(NODE1, 30000), severity="info"),
+        _s("ContextSwitchStorm", NEAR_MISS, "15k_switches_per_cpu_second",
+           lambda t: node(t, ctx_per_cpu=15000) + process(t), severity="info"),
+        _s("ContextSwitchStorm", NEAR_MISS, "storm_on_a_node_where_no_job_trains",
+           lambda t: node(t, ctx_per_cpu=30000), severity="info"),
         _s("ContextSwitchStorm", NOT_YET, "storm_began_recently",
-           lambda t: node(t, ctx_per_cpu=40000, before={"ctx_per_cpu": 2000}), e(NODE1), severity="info"),
+           lambda t: node(t, ctx_per_cpu=40000, before={"ctx_per_cpu": 2000}) + process(t), e(NODE1), severity="info"),
         # -- memory -----------------------------------------------------------------------------------
-        _s("MemoryPressure", FIRES, "8pct_of_ram_available", lambda t: node(t, mem_available=0.08),
+        _s("MemoryPressure", FIRES, "8pct_of_ram_available", lambda t: node(t, mem_available=0.08) + process(t),
            e(NODE1, 0.08)),
-        _s("MemoryPressure", NEAR_MISS, "12pct_of_ram_available", lambda t: node(t, mem_available=0.12)),
+        _s("MemoryPressure", FIRES, "psi_memory_stalls_15pct_with_30pct_of_ram_available",
+           lambda t: node(t, mem_available=0.3, memory_pressure=0.15) + process(t), e(NODE1, 0.3)),
+        _s("MemoryPressure", NEAR_MISS, "12pct_of_ram_available", lambda t: node(t, mem_available=0.12) + process(t)),
+        _s("MemoryPressure", NEAR_MISS, "psi_memory_stalls_5pct",
+           lambda t: node(t, mem_available=0.3, memory_pressure=0.05) + process(t)),
+        _s("MemoryPressure", NEAR_MISS, "8pct_of_ram_available_but_no_job_trains_on_the_node",
+           lambda t: node(t, mem_available=0.08)),
         _s("MemoryPressure", NOT_YET, "memory_filled_recently",
-           lambda t: node(t, mem_available=0.08, before={"mem_available": 0.5}), e(NODE1, 0.08)),
-        _s("MemoryPressure", FIRES, "3pct_of_ram_available_oom_close", lambda t: node(t, mem_available=0.03),
-           e(NODE1, 0.03), severity="critical"),
+           lambda t: node(t, mem_available=0.08, before={"mem_available": 0.5}) + process(t), e(NODE1, 0.08)),
+        _s("MemoryPressure", FIRES, "3pct_of_ram_available_oom_close",
+           lambda t: node(t, mem_available=0.03) + process(t), e(NODE1, 0.03), severity="critical"),
+        _s("MemoryPressure", FIRES, "psi_memory_stalls_40pct",
+           lambda t: node(t, mem_available=0.3, memory_pressure=0.4) + process(t), e(NODE1, 0.3),
+           severity="critical"),
         _s("MemoryPressure", NEAR_MISS, "6pct_of_ram_available_is_only_a_warning",
-           lambda t: node(t, mem_available=0.06), severity="critical"),
+           lambda t: node(t, mem_available=0.06) + process(t), severity="critical"),
+        _s("MemoryPressure", NEAR_MISS, "psi_memory_stalls_15pct_is_only_a_warning",
+           lambda t: node(t, mem_available=0.3, memory_pressure=0.15) + process(t), severity="critical"),
         _s("MemoryPressure", NOT_YET, "memory_exhausted_recently",
-           lambda t: node(t, mem_available=0.03, before={"mem_available": 0.5}), e(NODE1, 0.03), severity="critical"),
-        _s("Swapping", FIRES, "200_pages_per_second_swapped", lambda t: node(t, swap=200), e(NODE1, 200)),
-        _s("Swapping", NEAR_MISS, "80_pages_per_second_swapped", lambda t: node(t, swap=80)),
-        _s("Swapping", NOT_YET, "swapping_began_recently", lambda t: node(t, swap=500, before={"swap": 0}),
-           e(NODE1)),
+           lambda t: node(t, mem_available=0.03, before={"mem_available": 0.5}) + process(t), e(NODE1, 0.03),
+           severity="critical"),
+        _s("Swapping", FIRES, "200_pages_per_second_swapped", lambda t: node(t, swap=200) + process(t),
+           e(NODE1, 200)),
+        _s("Swapping", NEAR_MISS, "80_pages_per_second_swapped", lambda t: node(t, swap=80) + process(t)),
+        _s("Swapping", NEAR_MISS, "swapping_on_a_node_where_no_job_trains", lambda t: node(t, swap=200)),
+        _s("Swapping", NOT_YET, "swapping_began_recently",
+           lambda t: node(t, swap=500, before={"swap": 0}) + process(t), e(NODE1)),
         # -- GPU memory and launch ---------------------------------------------------------------------
         _s("GpuMemoryUnderused", FIRES, "batch_too_small_20pct_memory_40pct_util",
            lambda t: gpu(t, mem=0.2, util=0.4) + rank(t) + node(t), e(GPU0, 0.2), severity="info"),
@@ -499,24 +583,36 @@ def _cases() -> list[Scenario]:
         _s("GpuImbalance", NOT_YET, "imbalanced_job_started_recently",
            lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.3),
            e({"job": TRAIN_JOB}, 0.6)),
-        _s("StragglerRank", FIRES, "ddp_rank_3_slow_loader_shows_in_local_work_not_step_time",
+        _s("StragglerRank", FIRES, "ddp_rank_3_slow_loader_shows_in_own_work_not_step_time",
            lambda t: ddp_job(t, slow_rank_data_wait=0.4),
-           e({"instance": INSTANCE_2, "job": TRAIN_JOB, "rank": "3"}, 0.65 / 0.45)),
+           e(straggler(INSTANCE_2, "3", "data_wait", NO_CAUSE), 0.65 / 0.45)),
         _s("StragglerRank", FIRES, "independent_rank_1_steps_1_5x_slower",
            lambda t: [s for r in range(4) for s in rank(t, rank_=str(r), instance=INSTANCE if r != 1 else INSTANCE_2,
                                                        step=1.5 if r == 1 else 1.0, data_wait=0.1, forward=0.3,
                                                        optimizer=0.1)],
-           e({"instance": INSTANCE_2, "job": TRAIN_JOB, "rank": "1"}, 1.5)),
-        _s("StragglerRank", NEAR_MISS, "rank_3_local_work_1_1x_median",
+           e(straggler(INSTANCE_2, "1", "backward", NO_CAUSE), 1.5)),
+        _s("StragglerRank", FIRES, "gloo_rank_0_logs_between_steps_while_its_peers_wait_in_backward",
+           lambda t: gloo_job(t, rank0_between=0.3), e(straggler(INSTANCE, "0", "between_phases", NO_CAUSE), 2.0)),
+        _s("StragglerRank", FIRES, "rank_reporting_collective_waits_least_its_gpu_throttled",
+           lambda t: [s for r in range(3) for s in rank(
+               t, rank_=str(r), instance=INSTANCE_2 if r == 2 else INSTANCE, step=1.0, data_wait=0.05,
+               forward=0.45 if r == 2 else 0.25, optimizer=0.05, collective=0.05 if r == 2 else 0.25)]
+           + gpu(t, instance=INSTANCE_2, thermal=1.0),
+           e(straggler(INSTANCE_2, "2", "forward", "a GPU of its node is throttled (thermal, HW slowdown or power "
+                       "brake)"), 0.95 / 0.75)),
+        _s("StragglerRank", NEAR_MISS, "rank_3_own_work_1_1x_median",
            lambda t: ddp_job(t, slow_rank_data_wait=0.25)),
+        _s("StragglerRank", NEAR_MISS, "gloo_rank_0_logs_0_05s_between_steps",
+           lambda t: gloo_job(t, rank0_between=0.05)),
         _s("StragglerRank", NOT_YET, "straggler_job_started_recently",
            lambda t: ddp_job(t, slow_rank_data_wait=0.4),
-           e({"instance": INSTANCE_2, "job": TRAIN_JOB, "rank": "3"}, 0.65 / 0.45)),
-        _s("NetworkBound", FIRES, "eth0_receives_at_95pct_of_10gbe", lambda t: node(t, nic=0.95),
+           e(straggler(INSTANCE_2, "3", "data_wait", NO_CAUSE), 0.65 / 0.45)),
+        _s("NetworkBound", FIRES, "eth0_receives_at_95pct_of_10gbe", lambda t: node(t, nic=0.95) + process(t),
            e({**NODE1, "device": "eth0"}, 0.95)),
-        _s("NetworkBound", NEAR_MISS, "eth0_at_85pct", lambda t: node(t, nic=0.85)),
+        _s("NetworkBound", NEAR_MISS, "eth0_at_85pct", lambda t: node(t, nic=0.85) + process(t)),
+        _s("NetworkBound", NEAR_MISS, "backup_fills_eth0_on_a_node_where_no_job_trains", lambda t: node(t, nic=0.95)),
         _s("NetworkBound", NOT_YET, "remote_dataset_read_began_recently",
-           lambda t: node(t, nic=0.97, before={"nic": 0.1}), e({**NODE1, "device": "eth0"})),
+           lambda t: node(t, nic=0.97, before={"nic": 0.1}) + process(t), e({**NODE1, "device": "eth0"})),
         # -- stalls -----------------------------------------------------------------------------------
         _s("TrainingStalled", FIRES, "hung_in_allreduce_9m_without_a_step",
            lambda t: rank(t, stall=(3, 10**6)) + process(t), e(RANK0, 9 * 60), eval_at=11),
@@ -553,6 +649,20 @@ def _cases() -> list[Scenario]:
         _s("GpuUncorrectableErrors", NOT_YET, "errors_just_counted",
            lambda t: gpu(t) + ecc_uncorrected(t, errors_at=[t.start]), e({**GPU0, "type": "uncorrected"}),
            severity="critical"),
+        _s("GpuXidFatal", FIRES, "xid_79_gpu_fell_off_the_bus", lambda t: gpu(t) + xid(t, "79", [5]),
+           e({**GPU0, "xid": "79"}), severity="critical"),
+        _s("GpuXidFatal", FIRES, "xid_48_double_bit_ecc_error", lambda t: gpu(t) + xid(t, "48", [4, 6]),
+           e({**GPU0, "xid": "48"}), severity="critical"),
+        _s("GpuXidFatal", NEAR_MISS, "xid_31_page_fault_is_the_jobs_not_the_gpus",
+           lambda t: gpu(t) + xid(t, "31", [5]), severity="critical"),
+        _s("GpuXidFatal", NOT_YET, "xid_95_uncontained_ecc_just_reported",
+           lambda t: gpu(t) + xid(t, "95", [t.start]), e({**GPU0, "xid": "95"}), severity="critical"),
+        _s("GpuXidApplication", FIRES, "xid_31_illegal_memory_access_in_a_job", lambda t: gpu(t) + xid(t, "31", [5]),
+           e({**GPU0, "xid": "31"})),
+        _s("GpuXidApplication", NEAR_MISS, "xid_79_is_a_fault_of_the_gpu_not_the_job",
+           lambda t: gpu(t) + xid(t, "79", [5])),
+        _s("GpuXidApplication", NOT_YET, "xid_13_engine_exception_just_reported",
+           lambda t: gpu(t) + xid(t, "13", [t.start]), e({**GPU0, "xid": "13"})),
         # -- the monitoring itself --------------------------------------------------------------------
         _s("ExporterDown", FIRES, "exporter_unreachable_for_12m", lambda t: scrape_up(t, lambda m: True),
            e(NODE1, 0), severity="critical"),
