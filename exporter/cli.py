@@ -28,8 +28,8 @@ from exporter.config import ConfigError, Parser, load_yaml
 from exporter.parts import build_collectors
 from exporter.status import Status, logs
 from exporter.training.registry import TrainingRegistry
-from exporter.web import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
-from exporter.webconfig import load_web_config
+from exporter.web.config import load_web_config
+from exporter.web.server import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collectors.orchestrator import Orchestrator
-from exporter.web import serve, start_in_thread
+from exporter.web.server import serve, start_in_thread
 from tests.conftest import free_port, require_tool
 
 

@@ -23,7 +23,7 @@ from exporter.cli import build_parser
 from exporter.heuristics.catalogue import resolve
 from exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from exporter.push.paths import DEFAULT_SOCKET
-from exporter.web import parse_listen_address
+from exporter.web.server import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"

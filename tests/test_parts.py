@@ -17,7 +17,7 @@ from exporter.parts import PUSH, build_parts
 from exporter.push import settings as push_settings
 from exporter.status import Status
 from exporter.training.registry import TrainingRegistry
-from exporter.web import serve, start_in_thread
+from exporter.web.server import serve, start_in_thread
 from tests.conftest import FIXTURES, free_port, wait_http
 
 PROFILE = FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml"

@@ -359,7 +359,7 @@ def test_scrapes_beyond_web_max_requests_are_answered_503() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from exporter.web import serve, start_in_thread
+    from exporter.web.server import serve, start_in_thread
     from tests.conftest import free_port
 
     held = _BlockingCollector()
@@ -396,7 +396,7 @@ def _basic(user: str, password: str) -> str:
 
 
 def _counting_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    import exporter.webconfig as webconfig
+    import exporter.web.config as webconfig
 
     calls: list[bytes] = []
     real = bcrypt.checkpw
@@ -411,7 +411,7 @@ def _counting_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 def test_a_repeated_wrong_password_costs_one_bcrypt_per_interval(tmp_path: Path, monkeypatch) -> None:
     # Regression: every wrong password cost a full bcrypt, with no limit: 60 a second starved real scrapes.
-    from exporter.webconfig import load_web_config
+    from exporter.web.config import load_web_config
 
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     config = load_web_config(str(_web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")))
@@ -505,7 +505,7 @@ def test_at_the_connection_bound_the_longest_waiting_stalled_connection_makes_ro
     # However many connections stall, a new one (a scrape) gets in: the stalled client waiting longest goes.
     from prometheus_client import CollectorRegistry
 
-    import exporter.web as web
+    import exporter.web.server as web
     from tests.conftest import free_port
 
     monkeypatch.setattr(web, "_MAX_CONNECTIONS", 20)

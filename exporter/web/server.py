@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
-from exporter.webconfig import WebConfig
+from exporter.web.config import WebConfig
 
 log = logging.getLogger(__name__)
 
