@@ -23,7 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from exporter.heuristics import gotemplate
-from exporter.heuristics.promql import PromQLError, parse, parse_duration
+from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, PromQLError, Selector, parse, parse_duration
+from exporter.heuristics.sources import BUNDLES, DCGM, DCGM_ONLY_LABELS, DEFAULT_BUNDLE, NODE_EXPORTER
 
 PREFIX = "Bottleneck"
 SEVERITIES = ("critical", "warning", "info")
@@ -44,12 +45,19 @@ class Parameter:
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """A recording rule: ``key`` is how expressions refer to it (``<<key>>``); ``name`` is a template."""
+    """A recording rule: ``key`` is how expressions refer to it (``<<key>>``); ``name`` is a template.
+
+    A record that reads raw series is a *signal*: ``expr`` reads our own collectors, ``sources`` the same
+    signal from another exporter (source name → PromQL, same labels and unit as ``expr``). A bundle records
+    the first of them whose series its sources provide, always under ``name``. ``parts`` (alternatives
+    joined by ``or``) keep only the parts a bundle can read."""
 
     key: str
     name: str
     expr: str
     group: str
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    parts: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +101,7 @@ class Heuristic:
         for key in records_used(self.expr):
             texts.append(RECORDS[key].expr)
             texts.append(RECORDS[key].name)
+            texts.extend(RECORDS[key].sources.values())
         for text in texts:
             for name in PARAM.findall(text):
                 if name not in names:
@@ -216,6 +225,34 @@ PARAMETERS: dict[str, Parameter] = _parameters(
 )
 
 W = "${rate_window}"
+NODE_CAUSE_JOIN = "\nor on (instance)\n"
+
+
+def _cpu_busy(metric: str) -> str:
+    return (f'1 - (\n  sum without (cpu, mode) (rate({metric}{{mode=~"idle|iowait"}}[{W}]))\n'
+            f"  /\n  sum without (cpu, mode) (rate({metric}[{W}]))\n)")
+
+
+def _cpu_cores(metric: str, op: str) -> str:
+    return f'sum without (cpu, mode) (rate({metric}{{mode{op}"idle|iowait"}}[{W}]))'
+
+
+def _psi(resource: str) -> str:
+    return (f'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{{resource="{resource}", '
+            f'kind="some"}}[{W}]))')
+
+
+def _nic(prefix: str) -> str:
+    rx, tx = f"{prefix}_network_receive_bytes_total", f"{prefix}_network_transmit_bytes_total"
+    return (f"(\n  rate({rx}[{W}])\n    > rate({tx}[{W}])\n  or rate({tx}[{W}])\n)\n"
+            f"/ ({prefix}_network_speed_bytes > 0)")
+
+
+def _dcgm(expr: str) -> str:
+    """A dcgm-exporter series with our GPU labels: ``uuid`` from its ``UUID``, its other labels dropped."""
+    return (f"max without ({', '.join(DCGM_ONLY_LABELS)}) (\n  label_replace(\n    "
+            + expr.replace("\n", "\n    ") + ',\n    "uuid", "$1", "UUID", "(.+)"\n  )\n)')
+
 
 RECORDS: dict[str, Record] = {r.key: r for r in (
     # Per rank, from the hook's push receiver.
@@ -273,42 +310,43 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            "<<phase_excess>>\n== on (instance, job, rank) group_left ()\n"
            "max by (instance, job, rank) (<<phase_excess>>)", "training"),
     # Per node.
-    Record("cpu_busy", f"instance:bottleneck_cpu_busy:ratio_rate{W}",
-           f'1 - (\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))\n'
-           f"  /\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total[{W}]))\n)", "node"),
+    Record("cpu_busy", f"instance:bottleneck_cpu_busy:ratio_rate{W}", _cpu_busy("bottleneck_cpu_seconds_total"), "node",
+           {NODE_EXPORTER: _cpu_busy("node_cpu_seconds_total")}),
     Record("cpu_busy_cores", f"instance:bottleneck_cpu_busy_cores:rate{W}",
-           f'sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode!~"idle|iowait"}}[{W}]))', "node"),
+           _cpu_cores("bottleneck_cpu_seconds_total", "!~"), "node",
+           {NODE_EXPORTER: _cpu_cores("node_cpu_seconds_total", "!~")}),
     Record("cpu_free_cores", f"instance:bottleneck_cpu_free_cores:rate{W}",
-           f'sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))', "node"),
-    Record("cpu_pressure", f"instance:bottleneck_cpu_pressure_some:ratio_rate{W}",
-           'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="cpu", kind="some"}'
-           f"[{W}]))", "node"),
-    Record("memory_pressure", f"instance:bottleneck_memory_pressure_some:ratio_rate{W}",
-           'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{resource="memory", kind="some"}'
-           f"[{W}]))", "node"),
+           _cpu_cores("bottleneck_cpu_seconds_total", "=~"), "node",
+           {NODE_EXPORTER: _cpu_cores("node_cpu_seconds_total", "=~")}),
+    # node_exporter has no CPU count: it has one idle counter per CPU.
+    Record("cpus", "instance:bottleneck_cpus:count", "bottleneck_cpus", "node",
+           {NODE_EXPORTER: 'count without (cpu, mode) (node_cpu_seconds_total{mode="idle"})'}),
+    Record("cpu_pressure", f"instance:bottleneck_cpu_pressure_some:ratio_rate{W}", _psi("cpu"), "node",
+           {NODE_EXPORTER: f"rate(node_pressure_cpu_waiting_seconds_total[{W}])"}),
+    Record("memory_pressure", f"instance:bottleneck_memory_pressure_some:ratio_rate{W}", _psi("memory"), "node",
+           {NODE_EXPORTER: f"rate(node_pressure_memory_waiting_seconds_total[{W}])"}),
     Record("runqueue_wait", f"instance:bottleneck_cpu_runqueue_wait_per_cpu:ratio_rate{W}",
-           f"sum without (cpu) (rate(bottleneck_cpu_runqueue_wait_seconds_total[{W}]))\n/\nbottleneck_cpus",
-           "node"),
-    Record("load_per_cpu", "instance:bottleneck_load1_per_cpu:ratio", "bottleneck_load1 / bottleneck_cpus",
-           "node"),
+           f"sum without (cpu) (rate(bottleneck_cpu_runqueue_wait_seconds_total[{W}]))\n/\n<<cpus>>", "node",
+           {NODE_EXPORTER: f"sum without (cpu) (rate(node_schedstat_waiting_seconds_total[{W}]))\n/\n<<cpus>>"}),
+    Record("load_per_cpu", "instance:bottleneck_load1_per_cpu:ratio", "bottleneck_load1 / <<cpus>>", "node",
+           {NODE_EXPORTER: "node_load1 / <<cpus>>"}),
     Record("ctx_per_cpu", f"instance:bottleneck_context_switches_per_cpu:rate{W}",
-           f"rate(bottleneck_context_switches_total[{W}]) / bottleneck_cpus", "node"),
+           f"rate(bottleneck_context_switches_total[{W}]) / <<cpus>>", "node",
+           {NODE_EXPORTER: f"rate(node_context_switches_total[{W}]) / <<cpus>>"}),
     Record("mem_available", "instance:bottleneck_memory_available:ratio",
-           "bottleneck_memory_available_bytes / bottleneck_memory_total_bytes", "node"),
+           "bottleneck_memory_available_bytes / bottleneck_memory_total_bytes", "node",
+           {NODE_EXPORTER: "node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes"}),
     Record("swap_io", f"instance:bottleneck_memory_swap_io_pages:rate{W}",
            f"rate(bottleneck_memory_swapped_in_pages_total[{W}])\n+\n"
-           f"rate(bottleneck_memory_swapped_out_pages_total[{W}])",
-           "node"),
-    Record("io_pressure", f"instance:bottleneck_io_pressure_some:ratio_rate{W}",
-           f'sum without (resource, kind) (rate(bottleneck_pressure_seconds_total{{resource="io", kind="some"}}[{W}]))',
-           "node"),
+           f"rate(bottleneck_memory_swapped_out_pages_total[{W}])", "node",
+           {NODE_EXPORTER: f"rate(node_vmstat_pswpin[{W}])\n+\nrate(node_vmstat_pswpout[{W}])"}),
+    Record("io_pressure", f"instance:bottleneck_io_pressure_some:ratio_rate{W}", _psi("io"), "node",
+           {NODE_EXPORTER: f"rate(node_pressure_io_waiting_seconds_total[{W}])"}),
     Record("disk_busy", f"instance_device:bottleneck_disk_io_time:ratio_rate{W}",
-           f"rate(bottleneck_disk_io_time_seconds_total[{W}])", "node"),
-    Record("net_util", f"instance_device:bottleneck_network_throughput:ratio_rate{W}",
-           f"(\n  rate(bottleneck_network_receive_bytes_total[{W}])\n"
-           f"    > rate(bottleneck_network_transmit_bytes_total[{W}])\n"
-           f"  or rate(bottleneck_network_transmit_bytes_total[{W}])\n)\n/ (bottleneck_network_speed_bytes > 0)",
-           "node"),
+           f"rate(bottleneck_disk_io_time_seconds_total[{W}])", "node",
+           {NODE_EXPORTER: f"rate(node_disk_io_time_seconds_total[{W}])"}),
+    Record("net_util", f"instance_device:bottleneck_network_throughput:ratio_rate{W}", _nic("bottleneck"), "node",
+           {NODE_EXPORTER: _nic("node")}),
     # The busiest-thread gauge covers one scrape interval: averaged over the window, so that one scrape in
     # which a pegged loader blocked on a lock does not restart the alerts' for: clock.
     Record("loader_busiest", f"instance_process:bottleneck_training_loader_busiest_thread:ratio_avg{W}",
@@ -330,9 +368,13 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            "node"),
     # Per GPU.
     Record("gpu_util", f"instance_gpu:bottleneck_gpu_utilization:avg{W}",
-           f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu"),
+           f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu",
+           {DCGM: _dcgm(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{W}]) / 100")}),
+    # NVML's total is dcgm-exporter's used + free + reserved (FB_RESERVED is missing before dcgm-exporter 3.3).
     Record("gpu_mem", "instance_gpu:bottleneck_gpu_memory_used:ratio",
-           "bottleneck_gpu_memory_used_bytes / bottleneck_gpu_memory_total_bytes", "gpu"),
+           "bottleneck_gpu_memory_used_bytes / bottleneck_gpu_memory_total_bytes", "gpu",
+           {DCGM: _dcgm("DCGM_FI_DEV_FB_USED\n/\n(DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + "
+                        "(DCGM_FI_DEV_FB_RESERVED or 0 * DCGM_FI_DEV_FB_FREE))")}),
     Record("gpu_idle_samples", f"instance_gpu:bottleneck_gpu_utilization_samples_idle:ratio_rate{W}",
            'sum without (le) (rate(bottleneck_gpu_utilization_samples_bucket{le="${sawtooth_idle_le}"}'
            f"[{W}]))\n/\nrate(bottleneck_gpu_utilization_samples_count[{W}])", "gpu"),
@@ -347,7 +389,9 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            f"[{W}]))", "gpu"),
     # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
     # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
-    Record("node_cause", "instance:bottleneck_node_slowdown_cause:info", "\nor on (instance)\n".join(
+    # A bundle without a source keeps the other causes (dcgm-exporter's default counters: no XID counter,
+    # no clock-event reasons, no PCIe link state).
+    Record("node_cause", "instance:bottleneck_node_slowdown_cause:info", "", "gpu", parts=tuple(
         f'label_replace(\n  {condition},\n  "cause", "{cause}", "instance", ".*"\n)' for condition, cause in (
             ("max by (instance) (increase(bottleneck_gpu_xid_errors_total[${xid_window}])) > 0",
              "XID errors on a GPU of its node"),
@@ -363,7 +407,7 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
              "its node stalls on memory (PSI memory)"),
             ("count by (instance) (bottleneck_train_info)",
              "none of its node's signals stands out: work only this rank does"),
-        )), "gpu"),
+        ))),
 )}
 
 # The node's storage holds the input back and the loaders are not what is busy.
@@ -543,7 +587,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         verdict="oversubscribed (more DataLoader workers than CPUs)",
         expr="(\n  sum by (instance) (bottleneck_train_dataloader_num_workers)\n"
         "  or sum by (instance) (bottleneck_training_dataloader_workers_found)\n)\n"
-        "> on (instance) ${workers_per_cpu} * max by (instance) (bottleneck_cpus)",
+        "> on (instance) ${workers_per_cpu} * max by (instance) (<<cpus>>)",
         for_="10m",
         summary="{{ $labels.instance }} runs more DataLoader workers than it has CPUs.",
         description="{{ $value | humanize }} DataLoader workers run on {{ $labels.instance }} (all ranks "
@@ -932,6 +976,7 @@ class RecordingRule:
     record: str
     expr: str
     group: str
+    key: str = ""  # the catalogue's key (<<key>>)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -975,6 +1020,9 @@ class Catalogue:
     parameters: dict[str, float | str]
     records: tuple[RecordingRule, ...]
     alerts: tuple[AlertRule, ...]
+    bundle: str = DEFAULT_BUNDLE
+    left_out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # heuristic → raw series
+    # its bundle's sources lack
 
     def alert(self, name: str, severity: str | None = None) -> AlertRule:
         for rule in self.alerts:
@@ -1019,15 +1067,65 @@ def records_used(expr: str) -> list[str]:
     return ordered
 
 
-def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Mapping[str, float | str]) -> str:
+def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Mapping[str, float | str],
+                  chosen: Mapping[str, str]) -> str:
     def record(match: re.Match[str]) -> str:
         key = match.group(1)
         if not inline:
             return names[key]
-        body = _with_records(_fill(RECORDS[key].expr, params), names, True, params)
+        body = _with_records(_fill(chosen[key], params), names, True, params, chosen)
         return "(" + " ".join(body.split()) + ")"
 
     return RECORD_REF.sub(record, expr)
+
+
+def _series_read(node: Node) -> set[str]:
+    if isinstance(node, Selector):
+        return {m.value for m in node.matchers if m.name == "__name__" and m.op == "="}
+    if isinstance(node, Call):
+        return set().union(*(_series_read(a) for a in node.args))
+    if isinstance(node, Aggregate):
+        return _series_read(node.expr)
+    if isinstance(node, Binary):
+        return _series_read(node.lhs) | _series_read(node.rhs)
+    if isinstance(node, Negate):
+        return _series_read(node.expr)
+    return set()
+
+
+def series_read(expr: str, params: Mapping[str, float | str]) -> set[str]:
+    """Raw series names ``expr`` reads itself (not through the recording rules it refers to)."""
+    return _series_read(parse(RECORD_REF.sub("vector(0)", _fill(expr, params))))
+
+
+def choose_signals(bundle: str, params: Mapping[str, float | str]) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Per record key, the expression ``bundle`` records (the first its sources can read) and, for the
+    records it cannot record, the raw series it lacks."""
+    provides = BUNDLES[bundle].provides
+    chosen: dict[str, str] = {}
+    missing: dict[str, set[str]] = {}
+
+    def lacks(expr: str) -> set[str]:
+        found = {m for m in series_read(expr, params) if not provides(m)}
+        for key in RECORD_REF.findall(expr):
+            found |= missing.get(key, set())
+        return found
+
+    for key, record in RECORDS.items():
+        if record.parts:
+            parts = [p for p in record.parts if not lacks(p)]
+            if parts:
+                chosen[key] = NODE_CAUSE_JOIN.join(parts)
+            else:
+                missing[key] = set().union(*(lacks(p) for p in record.parts))
+            continue
+        candidates = (record.expr, *record.sources.values())
+        usable = [c for c in candidates if not lacks(c)]
+        if usable:
+            chosen[key] = usable[0]
+        else:
+            missing[key] = lacks(record.expr)
+    return chosen, missing
 
 
 def parse_parameter(name: str, raw: object) -> float | str:
@@ -1070,10 +1168,14 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
     return overrides
 
 
-def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None) -> Catalogue:
-    """Fill in parameters (defaults, then ``overrides``) and return the concrete rules.
+def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None,
+            bundle: str = DEFAULT_BUNDLE) -> Catalogue:
+    """Fill in parameters (defaults, then ``overrides``) and return the concrete rules of ``bundle``.
 
-    ``for_override`` replaces every ``for:`` (tests use it to see alerts fire within a minute)."""
+    ``for_override`` replaces every ``for:`` (tests use it to see alerts fire within a minute). A heuristic
+    whose series ``bundle``'s sources lack is left out (``Catalogue.left_out`` names the series)."""
+    if bundle not in BUNDLES:
+        raise CatalogueError(f"unknown bundle {bundle!r}; known: {', '.join(BUNDLES)}")
     params: dict[str, float | str] = {name: p.default for name, p in PARAMETERS.items()}
     for name, raw in (overrides or {}).items():
         params[name] = parse_parameter(name, raw)
@@ -1083,14 +1185,23 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
         except PromQLError:
             raise CatalogueError(f"for override: expected a duration such as 30s, got {for_override!r}") from None
     names = {key: _fill(record.name, params) for key, record in RECORDS.items()}
+    chosen, missing = choose_signals(bundle, params)
     records = tuple(
-        RecordingRule(names[key], _with_records(_fill(RECORDS[key].expr, params), names, False, params),
-                      RECORDS[key].group)
-        for key in RECORDS
+        RecordingRule(names[key], _with_records(_fill(expr, params), names, False, params, chosen),
+                      RECORDS[key].group, key)
+        for key, expr in chosen.items()
     )
     base = str(params["runbook_base_url"])
     alerts: list[AlertRule] = []
+    left_out: dict[str, tuple[str, ...]] = {}
+    provides = BUNDLES[bundle].provides
     for heuristic in HEURISTICS:
+        lacking = {m for m in series_read(heuristic.expr, params) if not provides(m)}
+        for key in records_used(heuristic.expr):
+            lacking |= missing.get(key, set())
+        if lacking:
+            left_out[heuristic.name] = tuple(sorted(lacking))
+            continue
         for tier in heuristic.tiers:
             filled = _fill(heuristic.expr, params, tier.overrides)
             thresholds = {tier.overrides.get(n, n): params[tier.overrides.get(n, n)]
@@ -1098,8 +1209,8 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
             alerts.append(AlertRule(
                 heuristic=heuristic,
                 severity=tier.severity,
-                expr=_with_records(filled, names, False, params),
-                inline_expr=_with_records(filled, names, True, params),
+                expr=_with_records(filled, names, False, params, chosen),
+                inline_expr=_with_records(filled, names, True, params, chosen),
                 for_=for_override or heuristic.for_,
                 summary=_fill(heuristic.summary, params),
                 description=_fill(heuristic.description, params),
@@ -1109,7 +1220,7 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
                 runbook_url=f"{base}#{heuristic.anchor}",
                 thresholds=thresholds,
             ))
-    return Catalogue(params, records, tuple(alerts))
+    return Catalogue(params, records, tuple(alerts), bundle, left_out)
 
 
 def validate() -> None:
@@ -1134,9 +1245,9 @@ def validate() -> None:
             for used, replacement in tier.overrides.items():
                 if used not in heuristic.parameters or replacement not in PARAMETERS:
                     raise CatalogueError(f"{where}: tier {tier.severity} overrides unknown {used}→{replacement}")
-    catalogue = resolve()
-    for rule in catalogue.alerts:
-        try:
-            parse(rule.inline_expr)
-        except PromQLError as err:
-            raise CatalogueError(f"alert {rule.alert}: {err}") from None
+    for bundle in BUNDLES:
+        for rule in resolve(bundle=bundle).alerts:
+            try:
+                parse(rule.inline_expr)
+            except PromQLError as err:
+                raise CatalogueError(f"alert {rule.alert} (bundle {bundle}): {err}") from None

@@ -13,6 +13,7 @@ import math
 
 from exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
 from exporter.heuristics.promql import Sample, SeriesStore, evaluate, parse
+from exporter.heuristics.sources import BUNDLES
 from exporter.heuristics.scenarios import (
     FIRES,
     NEAR_MISS,
@@ -112,7 +113,7 @@ def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
         timeline = Timeline(scenario.start + NOT_YET_SCAN_MINUTES + hold, scenario.start)
     else:
         timeline = Timeline(scenario.eval_at if scenario.eval_at is not None else hold + 7, 0)
-    built = scenario.build(timeline)
+    built = BUNDLES[catalogue.bundle].translate(scenario.build(timeline))
     store = store_of(built)
     active, firing = simulate(rules, store, timeline.length)
     target = scenario.severity

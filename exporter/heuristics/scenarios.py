@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from exporter.heuristics.catalogue import HEURISTICS, format_value
 from exporter.heuristics.promql import SeriesStore, parse_duration
+from exporter.heuristics.sources import Bundle
 
 FIRES, NEAR_MISS, NOT_YET = "fires", "near_miss", "not_yet"
 INSTANCE = "gpu-node-1:9847"
@@ -130,7 +131,8 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
     b = {**v, **(before or {})}
     target = {"instance": instance, "job": EXPORTER_JOB}
     out: list[Series] = []
-    for cpu in ("0", "1"):
+    cpus = [str(cpu) for cpu in range(int(v["cpus"]))]  # one series per CPU, as node_exporter counts them
+    for cpu in cpus:
         for mode, share in (("user", 0.8), ("system", 0.2)):
             out.append(series("bottleneck_cpu_seconds_total", {**target, "cpu": cpu, "mode": mode},
                               counter(tl, v["busy"] * share, b["busy"] * share, initial=1000)))
@@ -168,8 +170,8 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
     ]
     if "runqueue" in values:  # seconds waited per second per CPU; /proc/schedstat is missing in some containers
         out += [series("bottleneck_cpu_runqueue_wait_seconds_total", {**target, "cpu": cpu},
-                       counter(tl, v["runqueue"] * v["cpus"] / 2, b["runqueue"] * b["cpus"] / 2, initial=50))
-                for cpu in ("0", "1")]
+                       counter(tl, v["runqueue"], b["runqueue"], initial=50))
+                for cpu in cpus]
     return out
 
 
@@ -382,6 +384,12 @@ class Scenario:
     expect: tuple[Expect, ...] = ()
     start: int = 10  # not_yet: minute the situation begins
     eval_at: int | None = None  # fires / near_miss: default for: + 7 minutes
+    # Raw series the expectation depends on beyond the alert's own (a cause label read from them): a bundle
+    # whose sources lack one of them does not run the scenario.
+    needs: tuple[str, ...] = ()
+
+    def runs_in(self, bundle: Bundle) -> bool:
+        return all(bundle.provides(name) for name in self.needs)
 
     @property
     def title(self) -> str:
@@ -401,8 +409,8 @@ def straggler(instance: str, rank_: str, phase: str, cause: str) -> dict[str, st
 
 
 def _s(alert: str, kind: str, name: str, build: Callable[[Timeline], list[Series]], *expect: Expect,
-       severity: str = "warning", start: int = 10, eval_at: int | None = None) -> Scenario:
-    return Scenario(alert, severity, kind, name, build, tuple(expect), start, eval_at)
+       severity: str = "warning", start: int = 10, eval_at: int | None = None, needs: tuple[str, ...] = ()) -> Scenario:
+    return Scenario(alert, severity, kind, name, build, tuple(expect), start, eval_at, needs)
 
 
 def _cases() -> list[Scenario]:
@@ -599,7 +607,7 @@ def _cases() -> list[Scenario]:
                forward=0.45 if r == 2 else 0.25, optimizer=0.05, collective=0.05 if r == 2 else 0.25)]
            + gpu(t, instance=INSTANCE_2, thermal=1.0),
            e(straggler(INSTANCE_2, "2", "forward", "a GPU of its node is throttled (thermal, HW slowdown or power "
-                       "brake)"), 0.95 / 0.75)),
+                       "brake)"), 0.95 / 0.75), needs=("bottleneck_gpu_clock_event_active",)),
         _s("StragglerRank", NEAR_MISS, "rank_3_own_work_1_1x_median",
            lambda t: ddp_job(t, slow_rank_data_wait=0.25)),
         _s("StragglerRank", NEAR_MISS, "gloo_rank_0_logs_0_05s_between_steps",
