@@ -81,7 +81,10 @@ class Process:
 
 class Prometheus(Process):
     def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
-                 alertmanager_url: str | None = None, interval: str = "1s") -> None:
+                 alertmanager_url: str | None = None, interval: str = "1s",
+                 peers: dict[str, list[Target]] | None = None) -> None:
+        """``peers``: other exporters' scrape jobs (job name → targets), scraped as a stack scrapes them:
+        ``honor_labels: false``, ``instance`` relabelled to the node name as for ours."""
         super().__init__("prometheus", workdir)
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
@@ -93,7 +96,11 @@ class Prometheus(Process):
                 "honor_labels": True,
                 "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
-            }],
+            }] + [{
+                "job_name": job,
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in peer_targets],
+                "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
+            } for job, peer_targets in (peers or {}).items()],
         }
         if alertmanager_url:
             config["alerting"] = {"alertmanagers": [{"static_configs": [

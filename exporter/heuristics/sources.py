@@ -127,7 +127,7 @@ DCGM_RESERVED_MIB = 512.0  # the driver's reservation: FB_USED + FB_FREE + FB_RE
 
 def _dcgm_labels(ours: dict[str, str]) -> dict[str, str]:
     return {"UUID": ours["uuid"], "pci_bus_id": f"00000000:{0x1B + int(ours['gpu']):02X}:00.0",
-            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu-node",
+            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gpu-node-1",
             "DCGM_FI_DRIVER_VERSION": "590.48.01"}
 
 

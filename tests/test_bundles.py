@@ -1,0 +1,138 @@
+"""Rule bundles per source: the scenario table, translated to node_exporter's and dcgm-exporter's series, under
+promtool for every bundle; the translators checked against a real node_exporter scrape and a recorded
+dcgm-exporter scrape; left-out verdicts named in the runbook and the bundle's files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.heuristics import generate
+from exporter.heuristics.catalogue import resolve
+from exporter.heuristics.replay import replay
+from exporter.heuristics.scenarios import SCENARIOS, Series
+from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from tests.conftest import ROOT, require_tool
+from tests.promstack import Process
+
+DCGM_FIXTURE = ROOT / "tests/fixtures/dcgm-exporter/hopper-4x-h100.prom"
+OTHER_BUNDLES = [b for b in BUNDLES if b != DEFAULT_BUNDLE]
+
+
+def translated(bundle: str) -> list[Series]:
+    """Every series the scenario table feeds to ``bundle``'s rules."""
+    catalogue = resolve(bundle=bundle)
+    return [s for scenario in SCENARIOS if scenario.alert not in catalogue.left_out
+            and scenario.runs_in(BUNDLES[bundle]) for s in replay(scenario, catalogue).series]
+
+
+def exposition_labels(text: str) -> dict[str, set[frozenset[str]]]:
+    """Series name → the label-name sets it has in a Prometheus text exposition."""
+    found: dict[str, set[frozenset[str]]] = {}
+    for line in text.splitlines():
+        match = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s", line)
+        if match and not line.startswith("#"):
+            names = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', match.group(3) or ""))
+            found.setdefault(match.group(1), set()).add(names)
+    return found
+
+
+def test_every_bundles_rule_files_pass_promtool_check() -> None:
+    files = [str(ROOT / f) for b in OTHER_BUNDLES for f in generate.bundle_files(b)]
+    result = subprocess.run([require_tool("promtool"), "check", "rules", *files], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("bundle", OTHER_BUNDLES)
+def test_promtool_runs_the_scenario_table_translated_to_the_bundles_sources(bundle: str, tmp_path: Path) -> None:
+    catalogue = resolve(bundle=bundle)
+    (tmp_path / "recording-rules.yml").write_text(generate.render_recording_rules(catalogue))
+    (tmp_path / "alert-rules.yml").write_text(generate.render_alert_rules(catalogue))
+    # render_rule_tests replays every scenario through the Python evaluator first (ScenarioError when it
+    # disagrees with the scenario); promtool then checks Prometheus against the same expectations.
+    tests = generate.render_rule_tests(catalogue, ["recording-rules.yml", "alert-rules.yml"])
+    for relative, text in tests.items():
+        (tmp_path / Path(relative).name).write_text(text)
+    expected = {generate.rule_test_path(h) for h in {s.alert for s in SCENARIOS}} - {
+        generate.rule_test_path(h) for h in catalogue.left_out}
+    assert set(tests) == expected
+    result = subprocess.run([require_tool("promtool"), "test", "rules", *sorted(Path(t).name for t in tests)],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_node_exporter_bundle_reads_no_series_of_our_host_collectors() -> None:
+    rules = (ROOT / "prometheus/bundles/node-exporter/recording-rules.yml").read_text()
+    rules += (ROOT / "prometheus/bundles/node-exporter/alert-rules.yml").read_text()
+    ours = set(re.findall(r"\b(bottleneck_(?:cpu|cpus|load1|context|memory|pressure|disk|network)[a-z0-9_]*)\b",
+                          re.sub(r"[a-z_]+:bottleneck_[a-z0-9_]+:[a-z0-9_]+", "", rules)))
+    assert ours == set()
+    assert "node_cpu_seconds_total" in rules and "node_pressure_io_waiting_seconds_total" in rules
+
+
+def test_node_exporter_translation_names_only_series_a_real_node_exporter_exposes(tmp_path: Path) -> None:
+    exporter = Process("node_exporter", tmp_path)
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    try:
+        exporter.wait_ready("/metrics")
+        text = requests.get(exporter.url + "/metrics", timeout=10).text
+        scrape = exposition_labels(text)
+    finally:
+        exporter.stop()
+    names = {dict(s.labels)["__name__"] for s in translated("node-exporter") if dict(s.labels)["__name__"][:5] == "node_"}
+    assert "node_cpu_seconds_total" in names and "node_vmstat_pswpin" in names
+    for name in sorted(names):
+        if name.startswith("node_schedstat_"):  # /proc/schedstat is missing in some containers (this one)
+            assert name in scrape or 'node_scrape_collector_success{collector="schedstat"} 0' in text
+            continue
+        assert name in scrape, f"{name} is not in node_exporter's scrape"
+    labels = {frozenset(k for k, _ in s.labels if k not in ("__name__", "instance", "job"))
+              for s in translated("node-exporter") if dict(s.labels)["__name__"] == "node_cpu_seconds_total"}
+    assert labels == {frozenset({"cpu", "mode"})} and frozenset({"cpu", "mode"}) in scrape["node_cpu_seconds_total"]
+
+
+def test_dcgm_translation_has_the_names_and_labels_of_the_recorded_dcgm_exporter_scrape() -> None:
+    scrape = exposition_labels(DCGM_FIXTURE.read_text())
+    series = [s for s in translated("node-exporter-dcgm") if dict(s.labels)["__name__"].startswith("DCGM_")]
+    assert {dict(s.labels)["__name__"] for s in series} == {
+        "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_GPU_TEMP"}
+    kube = {"container", "namespace", "pod"}  # only on a GPU allocated to a pod
+    for s in series:
+        name = dict(s.labels)["__name__"]
+        mine = frozenset(k for k, _ in s.labels if k not in ("__name__", "instance", "job"))
+        assert any(mine == theirs - kube for theirs in scrape[name]), (name, mine, scrape[name])
+    utilization = [v for s in series if dict(s.labels)["__name__"] == "DCGM_FI_DEV_GPU_UTIL" for v in s.track if v]
+    assert max(utilization) > 1, "dcgm-exporter's GPU_UTIL is in percent"
+
+
+def test_a_verdict_that_needs_our_sub_second_samples_is_left_out_of_the_dcgm_bundle_and_the_runbook_says_so() -> None:
+    dcgm = resolve(bundle="node-exporter-dcgm")
+    assert "GpuSawtooth" in dcgm.left_out and "GpuSawtooth" not in resolve(bundle="node-exporter").left_out
+    assert "BottleneckGpuSawtooth" not in {r.alert for r in dcgm.alerts}
+    alerts = (ROOT / "prometheus/bundles/node-exporter-dcgm/alert-rules.yml").read_text()
+    assert "alert: BottleneckGpuSawtooth" not in alerts
+    assert "# Left out: BottleneckGpuSawtooth (needs bottleneck_gpu_utilization_samples_bucket" in alerts
+    runbook = (ROOT / "docs/runbook.md").read_text()
+    section = runbook.split("## BottleneckGpuSawtooth")[1].split("\n## ")[0]
+    assert "**Sources.** In the bundles `bottleneck`, `node-exporter`." in section
+    assert "Left out of `node-exporter-dcgm`: it needs bottleneck-exporter's gpu collector (NVML)" in section
+    assert "| BottleneckGpuSawtooth | yes | yes | no |" in runbook
+
+
+def test_every_bundle_records_a_signal_under_the_same_name_whatever_its_source() -> None:
+    ours = {r.key: r.record for r in resolve().records}
+    for bundle in OTHER_BUNDLES:
+        for record in resolve(bundle=bundle).records:
+            assert ours[record.key] == record.record
+    dcgm = {r.key: r.expr for r in resolve(bundle="node-exporter-dcgm").records}
+    assert "DCGM_FI_DEV_GPU_UTIL" in dcgm["gpu_util"] and "node_cpu_seconds_total" in dcgm["cpu_busy"]
+
+
+def test_an_unknown_bundle_is_an_error_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown bundle 'dcgm'; known: bottleneck, node-exporter"):
+        resolve(bundle="dcgm")

@@ -1,0 +1,184 @@
+"""End to end with the exporters a cluster already runs: Debian's real ``prometheus-node-exporter`` beside our
+exporter (host collectors off), a real Prometheus with the node-exporter bundle and real PyTorch training runs;
+and a recorded dcgm-exporter scrape served as a static target to a real Prometheus with the
+node-exporter-dcgm bundle. Short rate window and ``for:`` (generator parameters), as in test_e2e_rules.py."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.heuristics import generate
+from exporter.heuristics.catalogue import resolve
+from tests.conftest import ROOT, free_port, require_tool
+from tests.promstack import Process, Prometheus, Target, wait_until
+from tests.test_bundles import DCGM_FIXTURE
+from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
+
+HOST_COLLECTORS_OFF = ["--no-collector.cpu", "--no-collector.memory", "--no-collector.pressure",
+                       "--no-collector.disk", "--no-collector.network"]
+NODE = "e2e-node"
+
+
+def bundle_rules(tmp_path: Path, bundle: str) -> list[Path]:
+    """``bundle``'s rules with the test's rate window and for:, written under ``tmp_path``."""
+    rules = tmp_path / "rules"
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    return [rules / f for f in generate.bundle_files(bundle)]
+
+
+@pytest.fixture
+def node_exporter(tmp_path: Path) -> Iterator[Process]:
+    exporter = Process("node_exporter", tmp_path)
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    exporter.wait_ready("/metrics")
+    yield exporter
+    exporter.stop()
+
+
+def test_input_bound_run_fires_with_the_node_exporter_bundle_fed_by_node_exporter(
+        tmp_path: Path, start_exporter: Any, node_exporter: Process,
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+    socket_path = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={socket_path}", "--no-collector.gpu", *HOST_COLLECTORS_OFF])
+    prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", NODE)],
+                            bundle_rules(tmp_path, "node-exporter"),
+                            peers={"node-exporter": [Target(f"127.0.0.1:{node_exporter.port}", NODE)]}).start()
+    try:
+        trainers("e2e-slow", "slow", socket_path)
+        firing = wait_until(
+            lambda: [a for a in alerts_of(prometheus, "e2e-slow")
+                     if a["labels"]["alertname"] == "BottleneckInputBound" and a["state"] == "firing"],
+            240, "BottleneckInputBound to fire for the num_workers=0 run (node-exporter bundle)")
+        assert firing[0]["labels"]["instance"] == NODE
+        # The node signals come from node_exporter: our exporter exports no host series, and the recorded
+        # node signals carry node_exporter's scrape job.
+        assert prometheus.query('count({__name__=~"bottleneck_(cpu|cpus|memory|pressure|disk|network)_.*"})') == []
+        busy = prometheus.query(f"instance:bottleneck_cpu_busy:ratio_rate{RATE_WINDOW}")
+        assert [(s["metric"]["instance"], s["metric"]["job"]) for s in busy] == [(NODE, "node-exporter")]
+        io = prometheus.query(f"instance:bottleneck_io_pressure_some:ratio_rate{RATE_WINDOW}")
+        assert io and 0 <= float(io[0]["value"][1]) <= 1
+    finally:
+        prometheus.stop()
+
+
+def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our_host_collectors(
+        tmp_path: Path, start_exporter: Any, node_exporter: Process,
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+    """A CPU-only job with a thread per core, beside whatever else loads this machine. Prometheus runs the
+    node-exporter bundle; our exporter keeps its host collectors on here, only so that the bottleneck
+    bundle's CpuSaturated and CpuOverloaded conditions (spelled out: no recording rules needed) can be
+    evaluated on the same Prometheus from our series, and compared with the alerts the bundle raises from
+    node_exporter's series."""
+    socket_path = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={socket_path}", "--no-collector.gpu"])
+    prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", NODE)],
+                            bundle_rules(tmp_path, "node-exporter"),
+                            peers={"node-exporter": [Target(f"127.0.0.1:{node_exporter.port}", NODE)]}).start()
+    ours = resolve({"rate_window": RATE_WINDOW}, FOR)
+    theirs = resolve({"rate_window": RATE_WINDOW}, FOR, "node-exporter")
+    alerts = ("CpuSaturated", "CpuOverloaded")
+    try:
+        trainers("e2e-cpu", "fast", socket_path, "--threads", str(os.cpu_count() or 1))
+        # Both sources read the same kernel counters: the signals each records agree.
+        spelled = {r.key: r.expr for r in ours.records}
+        for key in ("cpu_busy", "cpu_pressure"):
+            record = next(r.record for r in theirs.records if r.key == key)
+
+            def pair(expr: str = spelled[key], record: str = record) -> tuple[float, float] | None:
+                mine, peer = prometheus.query(expr), prometheus.query(record)
+                return (float(mine[0]["value"][1]), float(peer[0]["value"][1])) if mine and peer else None
+
+            mine, peer = wait_until(pair, 120, f"{key} from both sources")
+            assert abs(mine - peer) < 0.15, (key, mine, peer)
+
+        def settled() -> dict[str, tuple[bool, bool]] | None:
+            """Per alert: (its condition holds on our series, it fires from node_exporter's), once the
+            condition has held, or not held, for 20 s on end."""
+            outcome = {}
+            for name in alerts:
+                condition = f"count({ours.alert(name).inline_expr})"
+                held = prometheus.query(f"count_over_time(({condition})[20s:1s]) >= 20")
+                absent = prometheus.query(f"absent_over_time(({condition})[20s:1s])")
+                fired = [a for a in prometheus.alerts()
+                         if a["labels"]["alertname"] == theirs.alert(name).alert and a["state"] == "firing"]
+                if not (held or absent):
+                    return None
+                outcome[name] = (bool(held), bool(fired))
+            return outcome if all(a == b for a, b in outcome.values()) else None
+
+        outcome = wait_until(settled, 300, "CpuSaturated and CpuOverloaded to agree between the two sources")
+        print("alert: (holds on our series, fires from node_exporter's):", outcome)
+    finally:
+        prometheus.stop()
+
+
+class _Fixture(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = DCGM_FIXTURE.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dcgm_exporter() -> Iterator[str]:
+    """The recorded dcgm-exporter scrape as a static target: host:port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Fixture)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def fixture_values(name: str) -> dict[str, float]:
+    """UUID → value of ``name`` in the recorded scrape."""
+    found = {}
+    for line in DCGM_FIXTURE.read_text().splitlines():
+        match = re.match(rf'{name}{{.*UUID="([^"]+)".*}} (\S+)$', line)
+        if match:
+            found[match.group(1)] = float(match.group(2))
+    return found
+
+
+def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_path: Path, dcgm_exporter: str) -> None:
+    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, "node-exporter-dcgm"),
+                            peers={"dcgm-exporter": [Target(dcgm_exporter, NODE)]}).start()
+    try:
+        util_record = f"instance_gpu:bottleneck_gpu_utilization:avg{RATE_WINDOW}"
+        util = wait_until(lambda: prometheus.query(util_record), 90, util_record)
+        memory = wait_until(lambda: prometheus.query("instance_gpu:bottleneck_gpu_memory_used:ratio"), 30,
+                            "the GPU memory ratio")
+        percent, used = fixture_values("DCGM_FI_DEV_GPU_UTIL"), fixture_values("DCGM_FI_DEV_FB_USED")
+        free, reserved = fixture_values("DCGM_FI_DEV_FB_FREE"), fixture_values("DCGM_FI_DEV_FB_RESERVED")
+        assert len(percent) == 4
+        for result, expected in ((util, {u: p / 100 for u, p in percent.items()}),
+                                 (memory, {u: used[u] / (used[u] + free[u] + reserved[u]) for u in used})):
+            got = {s["metric"]["uuid"]: float(s["value"][1]) for s in result}
+            assert got == pytest.approx(expected)
+            for s in result:
+                # Our GPU labels (gpu, uuid) and the scrape's (instance, job), plus the pod using the GPU;
+                # none of dcgm-exporter's own.
+                assert set(s["metric"]) - {"container", "namespace", "pod"} == {"__name__", "instance", "job",
+                                                                                 "gpu", "uuid"}, s["metric"]
+        pods = {s["metric"]["uuid"]: s["metric"].get("pod") for s in util}
+        assert pods["GPU-00000000-0000-0000-0000-000000000000"] == "resnet-0"
+    finally:
+        prometheus.stop()
