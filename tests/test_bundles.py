@@ -83,7 +83,7 @@ def test_node_exporter_translation_names_only_series_a_real_node_exporter_expose
         scrape = exposition_labels(text)
     finally:
         exporter.stop()
-    names = {dict(s.labels)["__name__"] for s in translated("node-exporter") if dict(s.labels)["__name__"][:5] == "node_"}
+    names = {n for n in (dict(s.labels)["__name__"] for s in translated("node-exporter")) if n.startswith("node_")}
     assert "node_cpu_seconds_total" in names and "node_vmstat_pswpin" in names
     for name in sorted(names):
         if name.startswith("node_schedstat_"):  # /proc/schedstat is missing in some containers (this one)

@@ -5,7 +5,6 @@ node-exporter-dcgm bundle. Short rate window and ``for:`` (generator parameters)
 
 from __future__ import annotations
 
-import functools
 import http.server
 import os
 import re
@@ -19,7 +18,7 @@ import pytest
 
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
-from tests.conftest import ROOT, free_port, require_tool
+from tests.conftest import free_port, require_tool
 from tests.promstack import Process, Prometheus, Target, wait_until
 from tests.test_bundles import DCGM_FIXTURE
 from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
@@ -127,7 +126,7 @@ def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our
 
 
 class _Fixture(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         body = DCGM_FIXTURE.read_bytes()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -23,7 +23,17 @@ import re
 from collections.abc import Mapping, Sequence
 
 from exporter.heuristics import gotemplate
-from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, PromQLError, Selector, parse, parse_duration
+from exporter.heuristics.promql import (
+    Aggregate,
+    Binary,
+    Call,
+    Negate,
+    Node,
+    PromQLError,
+    Selector,
+    parse,
+    parse_duration,
+)
 from exporter.heuristics.sources import BUNDLES, DCGM, DCGM_ONLY_LABELS, DEFAULT_BUNDLE, NODE_EXPORTER
 
 PREFIX = "Bottleneck"

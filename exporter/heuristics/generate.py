@@ -221,8 +221,8 @@ def render_runbook(catalogue: Catalogue, bundles: Mapping[str, Catalogue] | None
               "| bundle | host series | GPU series |", "|---|---|---|"]
     for name in bundles:
         b = BUNDLES[name]
-        rules = " (`prometheus/recording-rules.yml`, `alerts/alert-rules.yml`)" if name == DEFAULT_BUNDLE else ""
-        lines.append(f"| `{name}`{rules} | {b.host} | {b.gpu} |")
+        where = " (`prometheus/recording-rules.yml`, `alerts/alert-rules.yml`)" if name == DEFAULT_BUNDLE else ""
+        lines.append(f"| `{name}`{where} | {b.host} | {b.gpu} |")
     lines += ["", "| alert | " + " | ".join(f"`{b}`" for b in bundles) + " |",
               "|---|" + "---|" * len(bundles)]
     for alert, rules in by_name.items():

@@ -13,7 +13,6 @@ import math
 
 from exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
 from exporter.heuristics.promql import Sample, SeriesStore, evaluate, parse
-from exporter.heuristics.sources import BUNDLES
 from exporter.heuristics.scenarios import (
     FIRES,
     NEAR_MISS,
@@ -24,6 +23,7 @@ from exporter.heuristics.scenarios import (
     for_minutes,
     store_of,
 )
+from exporter.heuristics.sources import BUNDLES
 
 NOT_YET_SCAN_MINUTES = 45
 
