@@ -1031,8 +1031,21 @@ class Catalogue:
     records: tuple[RecordingRule, ...]
     alerts: tuple[AlertRule, ...]
     bundle: str = DEFAULT_BUNDLE
-    left_out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # heuristic → raw series
-    # its bundle's sources lack
+    # heuristic → the raw series its bundle's sources lack
+    left_out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # recording rule → the raw series of the parts it is recorded without (node_cause without GPU causes)
+    reduced: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def reduced_for(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """heuristic → the reduced recording rules it reads, each with the raw series of its missing parts."""
+        names = {r.key: r.record for r in self.records}
+        found: dict[str, dict[str, tuple[str, ...]]] = {}
+        for rule in self.alerts:
+            for key in records_used(rule.heuristic.expr):
+                if names.get(key) in self.reduced:
+                    found.setdefault(rule.heuristic.name, {})[names[key]] = self.reduced[names[key]]
+        return found
 
     def alert(self, name: str, severity: str | None = None) -> AlertRule:
         for rule in self.alerts:
@@ -1108,12 +1121,15 @@ def series_read(expr: str, params: Mapping[str, float | str]) -> set[str]:
     return _series_read(parse(RECORD_REF.sub("vector(0)", _fill(expr, params))))
 
 
-def choose_signals(bundle: str, params: Mapping[str, float | str]) -> tuple[dict[str, str], dict[str, set[str]]]:
-    """Per record key, the expression ``bundle`` records (the first its sources can read) and, for the
-    records it cannot record, the raw series it lacks."""
+def choose_signals(bundle: str, params: Mapping[str, float | str]
+                   ) -> tuple[dict[str, str], dict[str, set[str]], dict[str, set[str]]]:
+    """Per record key, the expression ``bundle`` records (the first its sources can read); for the records
+    it cannot record, the raw series it lacks; for records it records without some of their parts, the raw
+    series those parts need."""
     provides = BUNDLES[bundle].provides
     chosen: dict[str, str] = {}
     missing: dict[str, set[str]] = {}
+    reduced: dict[str, set[str]] = {}
 
     def lacks(expr: str) -> set[str]:
         found = {m for m in series_read(expr, params) if not provides(m)}
@@ -1124,6 +1140,8 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]) -> tuple[dict
     for key, record in RECORDS.items():
         if record.parts:
             parts = [p for p in record.parts if not lacks(p)]
+            if 0 < len(parts) < len(record.parts):
+                reduced[key] = set().union(*(lacks(p) for p in record.parts))
             if parts:
                 chosen[key] = NODE_CAUSE_JOIN.join(parts)
             else:
@@ -1135,7 +1153,7 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]) -> tuple[dict
             chosen[key] = usable[0]
         else:
             missing[key] = lacks(record.expr)
-    return chosen, missing
+    return chosen, missing, reduced
 
 
 def parse_parameter(name: str, raw: object) -> float | str:
@@ -1195,7 +1213,7 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
         except PromQLError:
             raise CatalogueError(f"for override: expected a duration such as 30s, got {for_override!r}") from None
     names = {key: _fill(record.name, params) for key, record in RECORDS.items()}
-    chosen, missing = choose_signals(bundle, params)
+    chosen, missing, reduced = choose_signals(bundle, params)
     records = tuple(
         RecordingRule(names[key], _with_records(_fill(expr, params), names, False, params, chosen),
                       RECORDS[key].group, key)
@@ -1230,7 +1248,8 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
                 runbook_url=f"{base}#{heuristic.anchor}",
                 thresholds=thresholds,
             ))
-    return Catalogue(params, records, tuple(alerts), bundle, left_out)
+    return Catalogue(params, records, tuple(alerts), bundle, left_out,
+                     {names[key]: tuple(sorted(lacking)) for key, lacking in reduced.items()})
 
 
 def validate() -> None:

@@ -73,6 +73,8 @@ def bundle_header(catalogue: Catalogue) -> str:
              "way (relabel it to the node name in each scrape config) so that rules join a rank with its node."]
     for name, lacking in catalogue.left_out.items():
         lines.append(f"Left out: {PREFIX}{name} (needs {', '.join(lacking)}).")
+    for record, lacking in catalogue.reduced.items():
+        lines.append(f"Reduced: {record} without its parts that need {', '.join(lacking)}.")
     return header("exporter/heuristics/catalogue.py") + "".join(f"# {line}\n" for line in lines)
 
 
@@ -190,6 +192,10 @@ def _source_line(name: str, bundles: Mapping[str, Catalogue]) -> str:
             needs = sorted({SOURCES[f][s].what for f, s in filter(None, map(family_of, lacking))})
             line += (f" Left out of `{bundle}`: it needs {'; '.join(needs)} "
                      f"({', '.join(f'`{m}`' for m in lacking)}).")
+        elif name in catalogue.reduced_for:
+            for record, lacking in catalogue.reduced_for[name].items():
+                line += (f" In `{bundle}` it reads `{record}` without the parts that need "
+                         f"{', '.join(f'`{m}`' for m in lacking)}.")
     return line
 
 
