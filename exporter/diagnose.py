@@ -37,6 +37,7 @@ from exporter.config import Parser
 from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
+from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -410,6 +411,9 @@ def build_parser() -> Parser:
     add = parser.add_argument
     add("--prometheus.url", dest="prometheus_url", metavar="URL",
         help="evaluate the rules with this Prometheus (e.g. http://prometheus:9090)")
+    add("--bundle", choices=list(BUNDLES), default=DEFAULT_BUNDLE,
+        help="with --prometheus.url: the rule bundle matching the exporters Prometheus scrapes, e.g. node-exporter "
+        "where node_exporter provides the host series (default: bottleneck; see docs/runbook.md#bundles)")
     add("--prometheus.timeout", dest="timeout", type=float, default=30.0, metavar="SECONDS",
         help="per-query timeout (default: 30)")
     add("--exporter.url", dest="exporter_url", metavar="URL",
@@ -490,7 +494,10 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         overrides: dict[str, object] = dict(parse_sets(args.sets))
         if args.prometheus_url and rest:
             raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")
-        catalogue = resolve(overrides)
+        if args.bundle != DEFAULT_BUNDLE and not args.prometheus_url:
+            raise CatalogueError(f"--bundle {args.bundle} needs --prometheus.url: standalone diagnose samples "
+                                 "only bottleneck-exporter")
+        catalogue = resolve(overrides, bundle=args.bundle)
     except CatalogueError as error:
         print(f"bottleneck-exporter diagnose: error: {error}", file=err)
         return EXIT_USAGE

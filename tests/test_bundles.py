@@ -4,6 +4,7 @@ dcgm-exporter scrape; left-out verdicts named in the runbook and the bundle's fi
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
 from exporter.heuristics.replay import replay
@@ -136,3 +138,10 @@ def test_every_bundle_records_a_signal_under_the_same_name_whatever_its_source()
 def test_an_unknown_bundle_is_an_error_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown bundle 'dcgm'; known: bottleneck, node-exporter"):
         resolve(bundle="dcgm")
+
+
+def test_diagnose_with_another_bundle_needs_prometheus_as_standalone_samples_only_our_exporter() -> None:
+    err = io.StringIO()
+    assert diagnose.main(["--bundle", "node-exporter"], stderr=err) == diagnose.EXIT_USAGE
+    assert "--bundle node-exporter needs --prometheus.url" in err.getvalue()
+    assert diagnose.main(["--bundle", "nvidia"], stderr=io.StringIO()) == diagnose.EXIT_USAGE

@@ -6,6 +6,8 @@ node-exporter-dcgm bundle. Short rate window and ``for:`` (generator parameters)
 from __future__ import annotations
 
 import http.server
+import io
+import json
 import os
 import re
 import subprocess
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
 from tests.conftest import free_port, require_tool
@@ -66,8 +69,15 @@ def test_input_bound_run_fires_with_the_node_exporter_bundle_fed_by_node_exporte
         assert prometheus.query('count({__name__=~"bottleneck_(cpu|cpus|memory|pressure|disk|network)_.*"})') == []
         busy = prometheus.query(f"instance:bottleneck_cpu_busy:ratio_rate{RATE_WINDOW}")
         assert [(s["metric"]["instance"], s["metric"]["job"]) for s in busy] == [(NODE, "node-exporter")]
-        io = prometheus.query(f"instance:bottleneck_io_pressure_some:ratio_rate{RATE_WINDOW}")
-        assert io and 0 <= float(io[0]["value"][1]) <= 1
+        stalls = prometheus.query(f"instance:bottleneck_io_pressure_some:ratio_rate{RATE_WINDOW}")
+        assert stalls and 0 <= float(stalls[0]["value"][1]) <= 1
+        # diagnose follows the bundle: it evaluates the node-exporter bundle's conditions.
+        out = io.StringIO()
+        code = diagnose.main(["--prometheus.url", prometheus.url, "--bundle", "node-exporter", "--json",
+                              "--set", f"rate_window={RATE_WINDOW}"], stdout=out)
+        assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+        slow = [v["alert"] for v in json.loads(out.getvalue())["verdicts"] if v["labels"].get("job") == "e2e-slow"]
+        assert "BottleneckInputBound" in slow
     finally:
         prometheus.stop()
 
