@@ -6,6 +6,9 @@ the push receiver's from ``exporter.push.settings.OPTIONS`` (``--push.<option>``
 option takes its value by one precedence, ``exporter.config.option_values``: registered default < config file <
 flag. The exporter (``exporter.cli``) and ``diagnose`` standalone build the same parts from the same flags.
 
+``--collector.preset`` (``exporter.collectors.coexistence.PRESETS``) changes defaults only: it turns collectors
+off and sets collector options below the config file and the flags.
+
 The orchestrator runs every part on each collection and reports it, the push receiver included::
 
     bottleneck_scrape_collector_success{collector="push"} 1.0
@@ -59,10 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     collectors.add_argument("--collector.disable-defaults", dest="disable_defaults", action="store_true",
                             help="Turn every collector off unless named with --collector.<name>")
     collectors.add_argument("--collector.preset", dest="preset", choices=sorted(PRESETS), default=None,
-                            metavar="PRESET", help="Run beside other exporters without duplicating their series "
+                            metavar="PRESET", help="Leave to node_exporter and dcgm-exporter what they export "
                             "(docs/coexistence.md): " + "; ".join(f"{name}: {preset.help}"
                                                                    for name, preset in sorted(PRESETS.items()))
-                            + " Flags and the config file still win (default: none)")
+                            + ". Flags and the config file still win (default: none)")
     for reg in sorted(REGISTRY.values(), key=lambda r: r.name):
         collectors.add_argument(f"--collector.{reg.name}", dest=f"collector_{reg.name}",
                                 action=argparse.BooleanOptionalAction, default=None,

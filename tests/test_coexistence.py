@@ -210,7 +210,7 @@ def test_recorded_dcgm_scrape_has_dcgm_exporters_labels(dcgm_scrape: DcgmScrape)
     for found in dcgm_scrape.values():
         assert len(found) == 4
         for labels, _ in found:
-            assert DCGM_LABELS <= labels.keys(), labels
+            assert labels.keys() >= DCGM_LABELS, labels
             assert labels.keys() - DCGM_LABELS in (set(), {"pod", "namespace", "container"}), labels
 
 
@@ -233,8 +233,9 @@ def test_dcgm_twins_carry_our_values_in_their_units(dcgm_scrape: DcgmScrape) -> 
                 assert value == pytest.approx(theirs[uuid] * twin.scale, rel=1e-6), (name, uuid)
 
 
-# Named in a reason as the default counter that falls short (one value per scrape; the last code only).
-FALLS_SHORT = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS"}
+# Named in a reason as the default counter that falls short (one value per scrape; the last code only; per pod,
+# not per process, and only with --kubernetes-virtual-gpus).
+FALLS_SHORT = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_USED"}
 
 
 def test_no_unique_gpu_family_names_a_field_the_dcgm_scrape_has(dcgm_scrape: DcgmScrape) -> None:

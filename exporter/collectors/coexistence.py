@@ -134,7 +134,8 @@ DCGM_EXPORTER: dict[str, tuple[Twin, ...]] = {
 
 # The GPU families --collector.gpu.only-unique keeps, and why each stays beside dcgm-exporter's default counters.
 GPU_UNIQUE: dict[str, str] = {
-    "bottleneck_gpu_up": "Tells a GPU that fell off the bus from one that is idle; dcgm-exporter drops its series.",
+    "bottleneck_gpu_up": "1 or 0 per GPU: tells a GPU that fell off the bus from an idle one; the default counters "
+                         "have no such series.",
     "bottleneck_gpu_info": "Joins our GPU series to dcgm-exporter's on uuid = UUID, and carries the CUDA version, "
                            "VBIOS and MIG mode its labels lack.",
     "bottleneck_gpu_utilization_samples": "NVML's sub-second GPU-Util samples behind the sawtooth verdict; "
@@ -145,25 +146,27 @@ GPU_UNIQUE: dict[str, str] = {
     "bottleneck_gpu_power_limit_watts": "The power-capped verdict needs the enforced limit; the default counters "
                                         "have the draw only (DCGM_FI_DEV_POWER_MGMT_LIMIT is not enabled).",
     "bottleneck_gpu_clock_max_hertz": "Clocks as a share of their maximum need the maximum; the default counters "
-                                      "have current clocks only.",
-    "bottleneck_gpu_fan_ratio": "Not among the default counters (DCGM_FI_DEV_FAN_SPEED).",
+                                      "have current clocks only (DCGM_FI_DEV_MAX_SM_CLOCK is not enabled).",
+    "bottleneck_gpu_fan_ratio": "Not among the default counters (DCGM_FI_DEV_FAN_SPEED_RATIO).",
     "bottleneck_gpu_clock_event_active": "One series per clock-event (throttle) reason; the default counters have "
                                          "no reasons at all (DCGM_FI_DEV_CLOCKS_EVENT_REASONS, a bitmask, and "
                                          "DCGM_EXP_CLOCK_EVENTS_COUNT are not enabled).",
     "bottleneck_gpu_throttled_seconds_total": "The violation counters are commented out in the default counters "
                                               "(DCGM_FI_DEV_POWER_VIOLATION and the others).",
-    "bottleneck_gpu_pcie_link_generation": "The PCIe link's generation and width (a GPU in a degraded slot) are "
-                                           "not among the default counters.",
-    "bottleneck_gpu_pcie_link_max_generation": "As the current generation: not among the default counters.",
-    "bottleneck_gpu_pcie_link_width": "As the generation: not among the default counters.",
-    "bottleneck_gpu_pcie_link_max_width": "As the generation: not among the default counters.",
-    "bottleneck_gpu_ecc_errors_total": "The ECC counters are commented out in the default counters.",
+    "bottleneck_gpu_pcie_link_generation": "The PCIe link's generation and width (a GPU trained down in its slot) "
+                                           "are not among the default counters (DCGM_FI_DEV_PCIE_LINK_GEN).",
+    "bottleneck_gpu_pcie_link_max_generation": "Not among the default counters (DCGM_FI_DEV_PCIE_MAX_LINK_GEN).",
+    "bottleneck_gpu_pcie_link_width": "Not among the default counters (DCGM_FI_DEV_PCIE_LINK_WIDTH).",
+    "bottleneck_gpu_pcie_link_max_width": "Not among the default counters (DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH).",
+    "bottleneck_gpu_ecc_errors_total": "The ECC counters are commented out in the default counters "
+                                       "(DCGM_FI_DEV_ECC_SBE_AGG_TOTAL and the others).",
     "bottleneck_gpu_remapped_rows_pending": "The default counters have remapped and failed rows, not a pending "
                                             "remapping (DCGM_FI_DEV_ROW_REMAP_PENDING).",
     "bottleneck_gpu_xid_errors_total": "A count per XID code; DCGM_FI_DEV_XID_ERRORS is a gauge of the last code "
                                        "only, which hides repeats and a second code in the same interval.",
-    "bottleneck_gpu_process_memory_used_bytes": "GPU memory per process name; dcgm-exporter has no per-process "
-                                                "series.",
+    "bottleneck_gpu_process_memory_used_bytes": "GPU memory per process name; dcgm-exporter has none (only with "
+                                                "--kubernetes-virtual-gpus does it split DCGM_FI_DEV_FB_USED by pod "
+                                                "on a shared GPU).",
     "bottleneck_gpu_sm_activity_ratio": "DCGM_FI_PROF_SM_ACTIVE is commented out in the default counters.",
     "bottleneck_gpu_sm_occupancy_ratio": "DCGM_FI_PROF_SM_OCCUPANCY is commented out in the default counters.",
 }
@@ -182,10 +185,8 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "beside-node-exporter": Preset(
-        "node_exporter exports the host: our host collectors are off, the GPU collector whole.", HOST_COLLECTORS),
+    "beside-node-exporter": Preset("host collectors off, the gpu collector whole", HOST_COLLECTORS),
     "beside-node-exporter-and-dcgm": Preset(
-        "node_exporter and dcgm-exporter export the host and the GPUs: our host collectors are off, the GPU "
-        "collector exports only what dcgm-exporter's default counters lack.",
+        "host collectors off, the gpu collector only what dcgm-exporter lacks (--collector.gpu.only-unique)",
         HOST_COLLECTORS, {"gpu": {"only-unique": True}}),
 }
