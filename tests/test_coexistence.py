@@ -26,7 +26,7 @@ from exporter.collectors import gpu
 from exporter.collectors.coexistence import DCGM_EXPORTER, GPU_UNIQUE, HOST_COLLECTORS, NODE_EXPORTER, PRESETS, Twin
 from exporter.config import load_yaml
 from exporter.training.registry import TrainingRegistry
-from tests.conftest import FIXTURES, ExporterProcess, free_port, require_tool, wait_http
+from tests.conftest import FIXTURES, ROOT, ExporterProcess, free_port, require_tool, wait_http
 
 PROFILE = FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml"
 DCGM_SCRAPE = FIXTURES / "dcgm-exporter" / "hopper-4x-h100.prom"
@@ -307,3 +307,16 @@ def test_an_unknown_preset_is_refused_with_the_known_ones(capsys: pytest.Capture
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "beside-node-exporter-and-dcgm" in err and "--collector.preset" in err
+
+
+def test_docs_table_lists_every_series_with_its_twin_or_reason() -> None:
+    """docs/coexistence.md is what an operator reads: a row per family, with the twin or reason of the code."""
+    rows = {line.split("|")[1].strip(" `"): line for line in (ROOT / "docs" / "coexistence.md").read_text()
+            .splitlines() if line.startswith("| `bottleneck_")}
+    for table in (NODE_EXPORTER, DCGM_EXPORTER):
+        for family, twins in table.items():
+            assert family in rows, family
+            for twin in twins:
+                assert f"`{twin.series}`" in rows[family], family
+    for family, why in GPU_UNIQUE.items():
+        assert why in rows[family], family
