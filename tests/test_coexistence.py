@@ -95,22 +95,30 @@ def node_exporter_version() -> tuple[int, ...]:
     return tuple(int(part) for part in found.groups())
 
 
-@pytest.fixture(scope="module")
-def node_exporter(host_tree: Path) -> Iterator[str]:
-    """The URL of a real prometheus-node-exporter (default collectors) reading ``host_tree``."""
+def run_node_exporter(*flags: str) -> Iterator[str]:
+    """The URL of a real prometheus-node-exporter (default collectors) started with ``flags``."""
     port = free_port()
     proc = subprocess.Popen([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{port}",
-                             f"--path.procfs={host_tree / 'proc'}", f"--path.sysfs={host_tree / 'sys'}",
-                             f"--path.rootfs={host_tree}",
-                             # Its netdev reads the live host by netlink by default, whatever --path.procfs says.
-                             "--no-collector.netdev.netlink"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60)
         yield f"http://127.0.0.1:{port}/metrics"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def has(version: tuple[int, ...], twin: Twin) -> bool:
+    """Whether node_exporter ``version`` exports the twin (it may come with a later one)."""
+    return not twin.since or version >= tuple(int(part) for part in twin.since.split("."))
+
+
+@pytest.fixture(scope="module")
+def node_exporter(host_tree: Path) -> Iterator[str]:
+    """node_exporter reading ``host_tree``; its netdev reads the live host by netlink by default, whatever
+    --path.procfs says."""
+    yield from run_node_exporter(f"--path.procfs={host_tree / 'proc'}", f"--path.sysfs={host_tree / 'sys'}",
+                                 f"--path.rootfs={host_tree}", "--no-collector.netdev.netlink")
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +132,7 @@ def node_scrape(node_exporter: str) -> dict[str, Any]:
 
 
 def our_host_scrape(host_tree: Path) -> dict[str, Any]:
-    """Our host collectors' families on ``host_tree``, collected in process."""
+    """Our host collectors' families on ``host_tree`` (``/``: this machine), collected in process."""
     args = build_parser().parse_args(["--collector.disable-defaults", *(f"--collector.{c}" for c in HOST_COLLECTORS),
                                       f"--path.procfs={host_tree / 'proc'}", f"--path.sysfs={host_tree / 'sys'}"])
     out: dict[str, Any] = {}
@@ -145,9 +153,22 @@ def test_every_node_exporter_twin_is_in_its_real_scrape(node_scrape: dict[str, A
     for ours, twins in NODE_EXPORTER.items():
         for twin in twins:
             for name in metric_names(twin.series, "node_"):
-                newer = twin.since and version < tuple(int(p) for p in twin.since.split("."))
                 # A twin of a newer node_exporter must be absent here, or `since` is wrong.
-                assert (name in node_scrape) != bool(newer), f"{ours}: {name} (node_exporter {version})"
+                assert (name in node_scrape) == has(version, twin), f"{ours}: {name} (node_exporter {version})"
+
+
+def test_on_this_machine_node_exporter_has_a_twin_of_every_host_family_we_export() -> None:
+    """On the live /proc and /sys (whatever this machine lacks, e.g. /proc/schedstat or InfiniBand, neither
+    exports): each family we export has its twins in the scrape of a node_exporter run with its defaults."""
+    version = node_exporter_version()
+    for url in run_node_exporter():
+        theirs = families(requests.get(url, timeout=30).text)
+    ours = our_host_scrape(Path("/"))
+    assert len(ours) >= 30
+    for family in ours:
+        for twin in NODE_EXPORTER[family]:
+            if has(version, twin):
+                assert all(name in theirs for name in metric_names(twin.series, "node_")), (family, twin.series)
 
 
 def test_node_exporter_twins_carry_our_values(host_tree: Path, node_scrape: dict[str, Any]) -> None:
