@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import parts
@@ -337,3 +338,16 @@ def test_docs_table_lists_every_series_with_its_twin_or_reason() -> None:
                 assert f"`{twin.series}`" in rows[family], family
     for family, why in GPU_UNIQUE.items():
         assert why in rows[family], family
+
+
+def test_every_twin_is_promql_promtool_accepts(tmp_path: Path) -> None:
+    """The twins are what a rule bundle or an operator types into Prometheus: each must parse."""
+    rules = [{"record": f"twin:{index}", "expr": twin.series}
+             for index, twin in enumerate(t for table in (NODE_EXPORTER, DCGM_EXPORTER) for ts in table.values()
+                                          for t in ts)]
+    path = tmp_path / "twins.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "twins", "rules": rules}]}))
+    result = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
