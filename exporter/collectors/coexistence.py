@@ -28,12 +28,11 @@ class Twin:
 
     ``series`` is the peer's PromQL for it; ``match`` selects the samples of ours it stands for (ours carry the
     distinction in a label, the peer in its name); ``scale`` turns the peer's unit into ours (our value =
-    peer value x scale); ``since`` is the first peer version that has it, when older ones lack it."""
+    peer value x scale). A number is a fact no exporter needs to carry: the value is always that."""
 
     series: str
     match: Mapping[str, str] = dataclasses.field(default_factory=dict)
     scale: float = 1.0
-    since: str = ""
 
 
 def _twins(*twins: Twin) -> tuple[Twin, ...]:
@@ -65,7 +64,9 @@ NODE_EXPORTER: dict[str, tuple[Twin, ...]] = {
     "bottleneck_memory_oom_kills_total": _twins(Twin("node_vmstat_oom_kill")),
     "bottleneck_pressure_seconds_total": _twins(
         Twin("node_pressure_cpu_waiting_seconds_total", {"resource": "cpu", "kind": "some"}),
-        Twin("node_pressure_cpu_stalled_seconds_total", {"resource": "cpu", "kind": "full"}, since="1.8.0"),
+        # "CPU full is undefined at the system level ... set to zero" (the kernel's accounting/psi.rst); no
+        # node_exporter release exports it.
+        Twin("0", {"resource": "cpu", "kind": "full"}),
         Twin("node_pressure_io_waiting_seconds_total", {"resource": "io", "kind": "some"}),
         Twin("node_pressure_io_stalled_seconds_total", {"resource": "io", "kind": "full"}),
         Twin("node_pressure_memory_waiting_seconds_total", {"resource": "memory", "kind": "some"}),
