@@ -99,7 +99,7 @@ def test_node_exporter_translation_names_only_series_a_real_node_exporter_expose
 
 def test_dcgm_translation_has_the_names_and_labels_of_the_recorded_dcgm_exporter_scrape() -> None:
     scrape = exposition_labels(DCGM_FIXTURE.read_text())
-    series = [s for s in translated("node-exporter-dcgm") if dict(s.labels)["__name__"].startswith("DCGM_")]
+    series = [s for s in translated("node-exporter-dcgm-only") if dict(s.labels)["__name__"].startswith("DCGM_")]
     assert {dict(s.labels)["__name__"] for s in series} == {
         "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
         "DCGM_FI_DEV_GPU_TEMP"}
@@ -113,17 +113,18 @@ def test_dcgm_translation_has_the_names_and_labels_of_the_recorded_dcgm_exporter
 
 
 def test_a_verdict_that_needs_our_sub_second_samples_is_left_out_of_the_dcgm_bundle_and_the_runbook_says_so() -> None:
-    dcgm = resolve(bundle="node-exporter-dcgm")
-    assert "GpuSawtooth" in dcgm.left_out and "GpuSawtooth" not in resolve(bundle="node-exporter").left_out
+    dcgm = resolve(bundle="node-exporter-dcgm-only")
+    # Beside dcgm-exporter, our gpu collector's unique series (the preset) still carry the samples.
+    assert "GpuSawtooth" in dcgm.left_out and "GpuSawtooth" not in resolve(bundle="node-exporter-dcgm").left_out
     assert "BottleneckGpuSawtooth" not in {r.alert for r in dcgm.alerts}
-    alerts = (ROOT / "prometheus/bundles/node-exporter-dcgm/alert-rules.yml").read_text()
+    alerts = (ROOT / "prometheus/bundles/node-exporter-dcgm-only/alert-rules.yml").read_text()
     assert "alert: BottleneckGpuSawtooth" not in alerts
     assert "# Left out: BottleneckGpuSawtooth (needs bottleneck_gpu_utilization_samples_bucket" in alerts
     runbook = (ROOT / "docs/runbook.md").read_text()
     section = runbook.split("## BottleneckGpuSawtooth")[1].split("\n## ")[0]
-    assert "**Sources.** In the bundles `bottleneck`, `node-exporter`." in section
-    assert "Left out of `node-exporter-dcgm`: it needs bottleneck-exporter's gpu collector (NVML)" in section
-    assert "| BottleneckGpuSawtooth | yes | yes | no |" in runbook
+    assert "**Sources.** In the bundles `bottleneck`, `node-exporter`, `node-exporter-dcgm`." in section
+    assert "Left out of `node-exporter-dcgm-only`: it needs bottleneck-exporter's gpu collector (NVML)" in section
+    assert "| BottleneckGpuSawtooth | yes | yes | yes | no |" in runbook
 
 
 def test_every_bundle_records_a_signal_under_the_same_name_whatever_its_source() -> None:
@@ -133,6 +134,16 @@ def test_every_bundle_records_a_signal_under_the_same_name_whatever_its_source()
             assert ours[record.key] == record.record
     dcgm = {r.key: r.expr for r in resolve(bundle="node-exporter-dcgm").records}
     assert "DCGM_FI_DEV_GPU_UTIL" in dcgm["gpu_util"] and "node_cpu_seconds_total" in dcgm["cpu_busy"]
+    # Only our gpu collector has the PCIe link state: beside dcgm-exporter it records it from ours.
+    assert "bottleneck_gpu_pcie_link_width" in dcgm["pcie"]
+
+
+def test_translators_give_each_peers_series_the_peers_scrape_job() -> None:
+    """A join between series of two exporters without on (...) matches nothing in a real stack, where each
+    exporter is a scrape job of its own; the translated scenario series carry those jobs so promtool finds it."""
+    jobs = {(dict(s.labels)["__name__"][:5], dict(s.labels)["job"]) for s in translated("node-exporter-dcgm")
+            if dict(s.labels)["__name__"][:5] in ("node_", "DCGM_")}
+    assert jobs == {("node_", "node-exporter"), ("DCGM_", "dcgm-exporter")}
 
 
 def test_an_unknown_bundle_is_an_error_naming_the_known_ones() -> None:

@@ -380,6 +380,8 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("gpu_util", f"instance_gpu:bottleneck_gpu_utilization:avg{W}",
            f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu",
            {DCGM: _dcgm(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{W}]) / 100")}),
+    Record("gpu_temp", "instance_gpu:bottleneck_gpu_temperature:celsius", "bottleneck_gpu_temperature_celsius", "gpu",
+           {DCGM: _dcgm("DCGM_FI_DEV_GPU_TEMP")}),
     # NVML's total is dcgm-exporter's used + free + reserved (FB_RESERVED is missing before dcgm-exporter 3.3).
     Record("gpu_mem", "instance_gpu:bottleneck_gpu_memory_used:ratio",
            "bottleneck_gpu_memory_used_bytes / bottleneck_gpu_memory_total_bytes", "gpu",
@@ -407,7 +409,7 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
              "XID errors on a GPU of its node"),
             ("max by (instance) (<<throttle>>) > ${throttle_active_ratio}",
              "a GPU of its node is throttled (thermal, HW slowdown or power brake)"),
-            ("max by (instance) (<<pcie>> < 1 and <<gpu_util>> > ${pcie_busy_util})",
+            ("max by (instance) (<<pcie>> < 1 and on (instance, gpu) <<gpu_util>> > ${pcie_busy_util})",
              "a GPU of its node runs on a degraded PCIe link"),
             ("max by (instance) (<<loader_busiest>> or <<loader_cpu_of_available>>) >= ${loader_busy_ratio}",
              "its node's DataLoader workers use all the CPU they can get"),
@@ -739,7 +741,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="GpuTooHot",
         verdict="thermal throttling (GPU at its slowdown temperature)",
-        expr="bottleneck_gpu_temperature_celsius\n>= bottleneck_gpu_slowdown_temperature_celsius - "
+        # The slowdown temperature is ours alone; the temperature may come from dcgm-exporter (another job).
+        expr="<<gpu_temp>>\n>= on (instance, gpu) group_left ()\nbottleneck_gpu_slowdown_temperature_celsius - "
         "${gpu_temperature_margin_celsius}",
         for_="5m",
         summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is at its slowdown temperature.",
@@ -756,7 +759,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="PcieDegraded",
         verdict="PCIe link degraded",
-        expr="<<pcie>> < 1\nand <<gpu_util>> > ${pcie_busy_util}",
+        # on (instance, gpu): the link state and the utilization may come from different exporters (jobs).
+        expr="<<pcie>> < 1\nand on (instance, gpu) <<gpu_util>> > ${pcie_busy_util}",
         for_="10m",
         summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} runs on a degraded PCIe link.",
         description="The PCIe link of GPU {{ $labels.gpu }} on {{ $labels.instance }} runs at "

@@ -10,23 +10,26 @@ Each source also carries a *translator*: our own series of its family rewritten 
 them (names, labels, units). The scenario table goes through it, so one table tests every bundle and the
 per-source PromQL in the catalogue is checked against the peer's real names, labels and units.
 
-Names, labels and units of the peers:
-
-* node_exporter: the Debian ``prometheus-node-exporter`` scrape (its default collectors: cpu, pressure,
-  meminfo, vmstat ``pswpin``/``pswpout``, diskstats, netdev, netclass ``speed_bytes``, schedstat, loadavg).
-* dcgm-exporter: ``etc/default-counters.csv`` of NVIDIA/dcgm-exporter and its rendered label set (``gpu``,
-  ``UUID``, ``pci_bus_id``, ``device`` = ``nvidia<gpu>``, ``modelName``, ``Hostname``/``hostname``,
-  ``DCGM_FI_DRIVER_VERSION``; Kubernetes ``container``/``namespace``/``pod``), as recorded in
-  ``tests/fixtures/dcgm-exporter/``. Utilization in percent, framebuffer in MiB; the default counters have no
-  clock-event reasons, no PCIe link generation/width and no per-code XID counter (``DCGM_FI_DEV_XID_ERRORS`` is
-  the last XID's value, a gauge).
+Which peer series carries each of ours, and in which unit, is written once: the twin tables of
+``exporter/collectors/coexistence.py``, held to the real node_exporter and to the recorded dcgm-exporter scrape
+(``tests/fixtures/dcgm-exporter/``) by tests/test_coexistence.py; the translators read them. dcgm-exporter's
+label set: ``gpu``, ``UUID``, ``pci_bus_id``, ``device`` = ``nvidia<gpu>``, ``modelName``, ``hostname``
+(``Hostname`` before 4.x), ``DCGM_FI_DRIVER_VERSION``, and ``container``/``namespace``/``pod`` on Kubernetes.
+Its default counters have no clock-event reasons, no PCIe link generation/width, no per-code XID counter
+(``DCGM_FI_DEV_XID_ERRORS`` is the last XID's value, a gauge) and no sub-second samples: the verdicts on them
+need our gpu collector (``--collector.gpu.only-unique`` beside dcgm-exporter).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
+from exporter.collectors.coexistence import GPU_UNIQUE, Twin
+from exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
 
 if TYPE_CHECKING:
     from exporter.heuristics.scenarios import Series
@@ -36,6 +39,9 @@ FAMILIES = (TRAINING, HOST, GPU)
 OURS = "bottleneck-exporter"
 NODE_EXPORTER = "node_exporter"
 DCGM = "dcgm-exporter"
+DCGM_BESIDE_OURS = "dcgm-exporter+bottleneck-exporter-unique"
+# The scrape job the translators give each peer's series: a stack scrapes each exporter in a job of its own.
+PEER_JOB = {NODE_EXPORTER: {"job": "node-exporter"}, DCGM: {"job": "dcgm-exporter"}}
 
 # Labels dcgm-exporter puts on every GPU series that ours do not have (older releases spell Hostname).
 DCGM_ONLY_LABELS = ("UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION")
@@ -44,14 +50,15 @@ MIB = 2**20
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    name: str  # "bottleneck-exporter", "node_exporter", "dcgm-exporter"
+    name: str
     family: str  # the family of series it provides in a bundle
     what: str  # for the runbook: what to run
+    provides: Callable[[str, str], bool]  # (origin, series name) → whether this source has it
     translate: Callable[[Sequence[Series]], list[Series]]  # our series of this family → this source's
 
 
 def family_of(metric: str) -> tuple[str, str] | None:
-    """(family, source) of a raw series name; None for a recording rule's name."""
+    """(family, origin: the exporter that exports it) of a raw series name; None for a recording rule's."""
     if ":" in metric:
         return None
     if metric.startswith("node_"):
@@ -67,104 +74,103 @@ def family_of(metric: str) -> tuple[str, str] | None:
     raise ValueError(f"series {metric!r} belongs to no known source")
 
 
+def gpu_unique(metric: str) -> bool:
+    """Whether our gpu collector exports ``metric`` with --collector.gpu.only-unique (no dcgm-exporter twin)."""
+    return re.sub(r"_(bucket|count|sum)$", "", metric) in GPU_UNIQUE or metric in GPU_UNIQUE
+
+
+def _name(s: Series) -> str:
+    return dict(s.labels)["__name__"]
+
+
 def _of_family(series: Sequence[Series], family: str) -> list[Series]:
-    return [s for s in series if family_of(dict(s.labels)["__name__"]) == (family, OURS)]
+    return [s for s in series if (family_of(_name(s)) or ("",))[0] == family]
 
 
-def _renamed(s: Series, name: str, scale: float = 1.0, labels: dict[str, str] | None = None,
-             drop: Sequence[str] = ()) -> Series:
+def _peer(s: Series, name: str, scale: float = 1.0, labels: Mapping[str, str] | None = None,
+          drop: Sequence[str] = (), track: Sequence[float | None] | None = None) -> Series:
+    """``s`` as the peer exposes it: renamed, in the peer's unit (ours = peer x ``scale``), labels changed."""
     from exporter.heuristics.scenarios import series
 
     kept = {k: v for k, v in s.labels if k != "__name__" and k not in drop}
-    track = [None if v is None else (v * scale if scale != 1.0 else v) for v in s.track]
-    return series(name, {**kept, **(labels or {})}, track)
+    values = s.track if track is None else track
+    return series(name, {**kept, **(labels or {})}, [None if v is None else v / scale for v in values])
+
+
+def _twins(s: Series, table: Mapping[str, tuple[Twin, ...]], labels: Mapping[str, str] | None = None,
+           drop: Sequence[str] = ()) -> list[Series]:
+    """Our series ``s`` as its twins in ``table`` (collectors/coexistence.py): the twins that are series of the
+    peer's own, not expressions over them, and whose ``match`` selects ``s``."""
+    ours = dict(s.labels)
+    return [_peer(s, twin.series, twin.scale, labels, (*drop, *twin.match)) for twin in table.get(ours["__name__"], ())
+            if PEER_SERIES.fullmatch(twin.series) and all(ours.get(k) == v for k, v in twin.match.items())]
+
+
+PEER_SERIES = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _node_exporter(series: Sequence[Series]) -> list[Series]:
+    """node_exporter keeps our label names (cpu, mode, device); bottleneck_cpus is its counted CPUs."""
+    return [peer for s in series for peer in _twins(s, NODE_EXPORTER_TWINS, PEER_JOB[NODE_EXPORTER])]
+
+
+def _dcgm_labels(ours: Mapping[str, str]) -> dict[str, str]:
+    return {"UUID": ours["uuid"], "pci_bus_id": f"00000000:{0x1B + int(ours['gpu']):02X}:00.0",
+            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gpu-node-1",
+            "DCGM_FI_DRIVER_VERSION": "590.48.01", **PEER_JOB[DCGM]}
+
+
+DCGM_RESERVED_MIB = 512.0  # the driver's reservation
+
+
+def _dcgm(series: Sequence[Series]) -> list[Series]:
+    """dcgm-exporter's default counters with its label set. Our memory total is its FB_USED + FB_FREE +
+    FB_RESERVED (the twin table's expression): the translator splits it, with a fixed reservation."""
+    out = []
+    used = {tuple(kv for kv in s.labels if kv[0] != "__name__"): s.track for s in series
+            if _name(s) == "bottleneck_gpu_memory_used_bytes"}
+    for s in series:
+        labels = _dcgm_labels(dict(s.labels))
+        out += _twins(s, DCGM_TWINS, labels, drop=("uuid",))
+        if _name(s) == "bottleneck_gpu_memory_total_bytes":
+            total, taken = s.track, used[tuple(kv for kv in s.labels if kv[0] != "__name__")]
+            reserved = DCGM_RESERVED_MIB * MIB
+            free = [None if t is None or u is None else t - u - reserved for t, u in zip(total, taken, strict=True)]
+            out.append(_peer(s, "DCGM_FI_DEV_FB_FREE", MIB, labels, ("uuid",), free))
+            out.append(_peer(s, "DCGM_FI_DEV_FB_RESERVED", MIB, labels, ("uuid",),
+                             [None if t is None else reserved for t in total]))
+    return out
+
+
+def _dcgm_beside_ours(series: Sequence[Series]) -> list[Series]:
+    return _dcgm(series) + [s for s in series if gpu_unique(_name(s))]
 
 
 def _ours(series: Sequence[Series]) -> list[Series]:
     return list(series)
 
 
-# node_exporter's name for each of our host series it has; bottleneck_cpus has none (count its CPUs).
-NODE_EXPORTER_NAMES = {
-    "bottleneck_cpu_seconds_total": "node_cpu_seconds_total",
-    "bottleneck_cpu_runqueue_wait_seconds_total": "node_schedstat_waiting_seconds_total",
-    "bottleneck_load1": "node_load1",
-    "bottleneck_context_switches_total": "node_context_switches_total",
-    "bottleneck_memory_total_bytes": "node_memory_MemTotal_bytes",
-    "bottleneck_memory_available_bytes": "node_memory_MemAvailable_bytes",
-    "bottleneck_memory_swapped_in_pages_total": "node_vmstat_pswpin",
-    "bottleneck_memory_swapped_out_pages_total": "node_vmstat_pswpout",
-    "bottleneck_disk_io_time_seconds_total": "node_disk_io_time_seconds_total",
-    "bottleneck_network_receive_bytes_total": "node_network_receive_bytes_total",
-    "bottleneck_network_transmit_bytes_total": "node_network_transmit_bytes_total",
-    "bottleneck_network_speed_bytes": "node_network_speed_bytes",
-}
-# PSI: node_exporter splits our {resource, kind} into one counter per resource and kind.
-PSI_KINDS = {"some": "waiting", "full": "stalled"}
-
-
-def _node_exporter(series: Sequence[Series]) -> list[Series]:
-    out = []
-    for s in _of_family(series, HOST):
-        labels = dict(s.labels)
-        name = labels["__name__"]
-        if name == "bottleneck_pressure_seconds_total":
-            peer = f"node_pressure_{labels['resource']}_{PSI_KINDS[labels['kind']]}_seconds_total"
-            out.append(_renamed(s, peer, drop=("resource", "kind")))
-        elif name in NODE_EXPORTER_NAMES:
-            out.append(_renamed(s, NODE_EXPORTER_NAMES[name]))
-    return out
-
-
-# dcgm-exporter's default counters for each of our GPU series it has, with the factor to its unit.
-DCGM_NAMES = {
-    "bottleneck_gpu_utilization_ratio": ("DCGM_FI_DEV_GPU_UTIL", 100.0),
-    "bottleneck_gpu_memory_used_bytes": ("DCGM_FI_DEV_FB_USED", 1 / MIB),
-    "bottleneck_gpu_temperature_celsius": ("DCGM_FI_DEV_GPU_TEMP", 1.0),
-}
-DCGM_RESERVED_MIB = 512.0  # the driver's reservation: FB_USED + FB_FREE + FB_RESERVED is the card's memory
-
-
-def _dcgm_labels(ours: dict[str, str]) -> dict[str, str]:
-    return {"UUID": ours["uuid"], "pci_bus_id": f"00000000:{0x1B + int(ours['gpu']):02X}:00.0",
-            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gpu-node-1",
-            "DCGM_FI_DRIVER_VERSION": "590.48.01"}
-
-
-def _dcgm(series: Sequence[Series]) -> list[Series]:
-    out = []
-    used = {tuple(sorted((k, v) for k, v in s.labels if k != "__name__")): s for s in series
-            if dict(s.labels)["__name__"] == "bottleneck_gpu_memory_used_bytes"}
-    for s in _of_family(series, GPU):
-        labels = dict(s.labels)
-        name = labels["__name__"]
-        extra = _dcgm_labels(labels)
-        if name in DCGM_NAMES:
-            peer, scale = DCGM_NAMES[name]
-            out.append(_renamed(s, peer, scale, extra, drop=("uuid",)))
-        elif name == "bottleneck_gpu_memory_total_bytes":
-            key = tuple(sorted((k, v) for k, v in s.labels if k != "__name__"))
-            used_track = used[key].track
-            free = [None if t is None or u is None else t / MIB - u / MIB - DCGM_RESERVED_MIB
-                    for t, u in zip(s.track, used_track, strict=True)]
-            reserved = [None if t is None else DCGM_RESERVED_MIB for t in s.track]
-            out.append(_renamed(dataclasses.replace(s, track=tuple(free)), "DCGM_FI_DEV_FB_FREE", 1.0, extra,
-                                drop=("uuid",)))
-            out.append(_renamed(dataclasses.replace(s, track=tuple(reserved)), "DCGM_FI_DEV_FB_RESERVED", 1.0,
-                                extra, drop=("uuid",)))
-    return out
+def _origin(*origins: str) -> Callable[[str, str], bool]:
+    return lambda origin, metric: origin in origins
 
 
 SOURCES: dict[str, dict[str, Source]] = {
-    TRAINING: {OURS: Source(OURS, TRAINING, "bottleneck-exporter (push receiver, training collector)", _ours)},
+    TRAINING: {OURS: Source(OURS, TRAINING, "bottleneck-exporter (push receiver, training collector)",
+                            _origin(OURS), _ours)},
     HOST: {
         OURS: Source(OURS, HOST, "bottleneck-exporter's host collectors (cpu, memory, pressure, disk, network)",
-                     _ours),
-        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _node_exporter),
+                     _origin(OURS), _ours),
+        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _origin(NODE_EXPORTER),
+                              _node_exporter),
     },
     GPU: {
-        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _ours),
-        DCGM: Source(DCGM, GPU, "dcgm-exporter (default counters)", _dcgm),
+        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _origin(OURS), _ours),
+        DCGM_BESIDE_OURS: Source(
+            DCGM_BESIDE_OURS, GPU, "dcgm-exporter (default counters) beside bottleneck-exporter's gpu collector "
+            "with --collector.gpu.only-unique (the preset beside-node-exporter-and-dcgm)",
+            lambda origin, metric: origin == DCGM or (origin == OURS and gpu_unique(metric)), _dcgm_beside_ours),
+        DCGM: Source(DCGM, GPU, "dcgm-exporter (default counters), bottleneck-exporter's gpu collector off",
+                     _origin(DCGM), _dcgm),
     },
 }
 
@@ -183,7 +189,7 @@ class Bundle:
 
     def provides(self, metric: str) -> bool:
         found = family_of(metric)
-        return found is None or self.sources[found[0]] == found[1]
+        return found is None or SOURCES[found[0]][self.sources[found[0]]].provides(found[1], metric)
 
     def translate(self, series: Sequence[Series]) -> list[Series]:
         """Our series (every family) → what Prometheus holds when this bundle's sources export them."""
@@ -197,7 +203,11 @@ DEFAULT_BUNDLE = "bottleneck"
 BUNDLES: dict[str, Bundle] = {b.name: b for b in (
     Bundle(DEFAULT_BUNDLE, OURS, OURS, "everything from bottleneck-exporter (the default)"),
     Bundle("node-exporter", NODE_EXPORTER, OURS, "host series from node_exporter, GPU series from "
-           "bottleneck-exporter's gpu collector"),
-    Bundle("node-exporter-dcgm", NODE_EXPORTER, DCGM, "host series from node_exporter, GPU series from "
-           "dcgm-exporter"),
+           "bottleneck-exporter's gpu collector (bottleneck-exporter --collector.preset=beside-node-exporter)"),
+    Bundle("node-exporter-dcgm", NODE_EXPORTER, DCGM_BESIDE_OURS, "host series from node_exporter, GPU series "
+           "from dcgm-exporter and what only bottleneck-exporter's gpu collector has (bottleneck-exporter "
+           "--collector.preset=beside-node-exporter-and-dcgm)"),
+    Bundle("node-exporter-dcgm-only", NODE_EXPORTER, DCGM, "host series from node_exporter, GPU series from "
+           "dcgm-exporter only (bottleneck-exporter --collector.preset=beside-node-exporter --no-collector.gpu, "
+           "where it has no GPU access)"),
 )}
