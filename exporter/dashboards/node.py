@@ -23,6 +23,7 @@ from exporter.dashboards.panels import (
 )
 from exporter.dashboards.thresholds import parameter, threshold
 from exporter.dashboards.variables import gpu_variable, node_variable
+from exporter.heuristics.catalogue import signal
 
 UID = "bottleneck-node"
 N = 'instance=~"$instance"'
@@ -247,11 +248,7 @@ def cpu_panels() -> list[Panel]:
             "percentunit",
             [
                 Query(f'1 - rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}])', "cpu {{cpu}}"),
-                Query(
-                    f'1 - sum(rate(bottleneck_cpu_seconds_total{{{N}, mode=~"idle|iowait"}}[{RI}])) '
-                    f"/ sum(rate(bottleneck_cpu_seconds_total{{{N}}}[{RI}]))",
-                    "node",
-                ),
+                Query(signal("cpu_busy", N), "node"),
             ],
             width=12,
             min_value=0,
@@ -280,7 +277,7 @@ def cpu_panels() -> list[Panel]:
             "more threads want to run than there are cores.",
             "short",
             [
-                Query(f"bottleneck_load1{{{N}}} / bottleneck_cpus{{{N}}}", "load1 / cores"),
+                Query(signal("load_per_cpu", N), "load1 / cores"),
                 Query(f"bottleneck_load5{{{N}}} / bottleneck_cpus{{{N}}}", "load5 / cores"),
             ],
             width=8,

@@ -94,6 +94,10 @@ class Heuristic:
     unit: str  # Grafana unit of $value: percentunit, s, celsius, short
     group: str
     tiers: tuple[Tier, ...] = (Tier("warning"),)
+    # What the dashboards draw: the recording rules (keys) the alert compares against ``threshold`` (a
+    # parameter's name, or a number); none: the dashboards show the alert's state.
+    compares: tuple[str, ...] = ()
+    threshold: str = ""
 
     @property
     def alert(self) -> str:
@@ -488,6 +492,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "rank; the DataLoader settings in `bottleneck_train_dataloader_num_workers` and "
         "`..._pin_memory`; the loader threads' CPU in `bottleneck_training_busiest_thread_cpu_ratio`. When "
         "the node's storage is the cause, BottleneckIoBound fires instead.",
+        compares=('data_wait',), threshold="data_wait_ratio",
         scope=RANK, unit="percentunit", group="training",
     ),
     Heuristic(
@@ -514,6 +519,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_training_busiest_thread_cpu_ratio` by role, "
         "`bottleneck_training_cpu_seconds_total{role=\"data_worker\"}` against `bottleneck_cpu_seconds_total`, "
         "`bottleneck_training_dataloader_workers_found`, `bottleneck_gpu_utilization_ratio`.",
+        compares=('loader_busiest', 'loader_cpu_of_available'), threshold="loader_busy_ratio",
         scope=("instance", "process", "local_rank"), unit="percentunit", group="node",
     ),
     Heuristic(
@@ -533,6 +539,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_pressure_seconds_total{resource=\"io\"}`, "
         "`bottleneck_disk_io_time_seconds_total` per device, `bottleneck_disk_read_bytes_total`, the "
         "loaders' CPU in `bottleneck_training_busiest_thread_cpu_ratio`.",
+        compares=('data_wait',), threshold="data_wait_ratio",
         scope=RANK, unit="percentunit", group="training",
     ),
     Heuristic(
@@ -549,6 +556,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         meaning="A sawtooth (up to ~100%, down to ~0%, repeat) means the GPU is starved between batches; a "
         "15 s average would show a harmless-looking 50%. The sub-second NVML samples reveal the shape.",
         evidence="`bottleneck_gpu_utilization_samples_bucket` (the NVML sub-second samples as a histogram).",
+        compares=('gpu_idle_samples',), threshold="sawtooth_idle_share",
         scope=GPU, unit="percentunit", group="gpu", tiers=(Tier("info"),),
     ),
     Heuristic(
@@ -576,6 +584,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_cpu_seconds_total` by mode, `bottleneck_training_cpu_seconds_total` by role, "
         "`bottleneck_pressure_seconds_total{resource=\"cpu\"}`, `bottleneck_cpu_runqueue_wait_seconds_total`, "
         "`bottleneck_gpu_utilization_ratio`, the ranks' data wait.",
+        compares=('cpu_busy',), threshold="cpu_busy_ratio",
         scope=NODE, unit="percentunit", group="node",
     ),
     Heuristic(
@@ -592,6 +601,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "trainer's step time grows with the queue.",
         evidence="`bottleneck_load1`, `bottleneck_cpus`, `bottleneck_procs_running`, "
         "`bottleneck_cpu_runqueue_wait_seconds_total`.",
+        compares=('load_per_cpu',), threshold="load_per_cpu",
         scope=NODE, unit="short", group="node",
     ),
     Heuristic(
@@ -626,6 +636,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "every worker); time goes to switching and cache misses.",
         evidence="`bottleneck_context_switches_total`, `bottleneck_training_context_switches_total` by "
         "process, `bottleneck_training_threads`.",
+        compares=('ctx_per_cpu',), threshold="context_switches_per_cpu",
         scope=NODE, unit="short", group="node", tiers=(Tier("info"),),
     ),
     Heuristic(
@@ -647,6 +658,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_memory_available_bytes`, `bottleneck_pressure_seconds_total{resource=\"memory\"}` "
         "(PSI, where the kernel has it), `bottleneck_training_resident_memory_bytes` per process, "
         "`bottleneck_memory_oom_kills_total`.",
+        compares=('mem_available',), threshold="memory_available_ratio",
         scope=NODE, unit="percentunit", group="node",
         tiers=(Tier("warning"), Tier("critical", {"memory_available_ratio": "memory_available_ratio_critical",
                                                   "memory_pressure_ratio": "memory_pressure_ratio_critical"})),
@@ -665,6 +677,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "disk read on the training's critical path.",
         evidence="`bottleneck_memory_swapped_in_pages_total`, `bottleneck_memory_swapped_out_pages_total`, "
         "`bottleneck_memory_major_faults_total`.",
+        compares=('swap_io',), threshold="swap_pages_per_second",
         scope=NODE, unit="short", group="node",
     ),
     Heuristic(
@@ -683,6 +696,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "and spends its time on launch overhead and synchronisation.",
         evidence="`bottleneck_gpu_memory_used_bytes` / `..._total_bytes`, `bottleneck_gpu_utilization_ratio`, "
         "`bottleneck_train_dataloader_batch_size`.",
+        compares=('gpu_mem',), threshold="gpu_memory_underused_ratio",
         scope=GPU, unit="percentunit", group="gpu", tiers=(Tier("info"),),
     ),
     Heuristic(
@@ -699,6 +713,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "counts PyTorch's cached blocks as used, so this can also be a full cache with room inside.",
         evidence="`bottleneck_gpu_memory_used_bytes`, `bottleneck_train_cuda_memory_peak_bytes`, "
         "`bottleneck_train_cuda_memory_reserved_bytes`, `bottleneck_gpu_process_memory_used_bytes`.",
+        compares=('gpu_mem',), threshold="gpu_memory_full_ratio",
         scope=GPU, unit="percentunit", group="gpu",
     ),
     Heuristic(
@@ -736,6 +751,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "data-parallel job the whole job waits for this GPU.",
         evidence="`bottleneck_gpu_clock_event_active` by reason, `bottleneck_gpu_throttled_seconds_total`, "
         "`bottleneck_gpu_temperature_celsius`, `bottleneck_gpu_clock_hertz`.",
+        compares=('throttle',), threshold="throttle_active_ratio",
         scope=GPU, unit="percentunit", group="gpu",
     ),
     Heuristic(
@@ -771,6 +787,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "generation or width under load points at the slot, the riser or the card.",
         evidence="`bottleneck_gpu_pcie_link_generation` / `..._max_generation`, `bottleneck_gpu_pcie_link_width` "
         "/ `..._max_width`, `bottleneck_gpu_pcie_replays_total`.",
+        compares=('pcie',), threshold="1",
         scope=GPU, unit="percentunit", group="gpu",
     ),
     Heuristic(
@@ -821,6 +838,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_train_phase_seconds_total` per rank and phase (collective, backward, step), "
         "the recorded `job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate${rate_window}`, "
         "`instance:bottleneck_node_slowdown_cause:info`, the node alerts of the straggler's instance.",
+        compares=('step_vs_median', 'own_vs_median'), threshold="straggler_factor",
         scope=RANK, unit="short", group="training",
     ),
     Heuristic(
@@ -836,6 +854,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         meaning="All-reduce traffic or remote data reads fill the link; every step waits for the network.",
         evidence="`bottleneck_network_receive_bytes_total`, `..._transmit_bytes_total`, "
         "`bottleneck_network_speed_bytes`, `bottleneck_infiniband_port_received_bytes_total`.",
+        compares=('net_util',), threshold="network_saturation_ratio",
         scope=("instance", "device"), unit="percentunit", group="node",
     ),
     Heuristic(
@@ -1160,6 +1179,24 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]
     return chosen, missing, reduced
 
 
+def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = "$__rate_interval") -> str:
+    """Signal ``key`` as ``bundle`` records it, spelled out for a dashboard: windows ``window`` (Grafana's
+    ``$__rate_interval``), every raw selector narrowed by ``matchers`` (``instance=~"$instance"``), the records
+    it reads inlined. A dashboard draws this instead of typing the signal's PromQL again."""
+    defaults = {name: p.default for name, p in PARAMETERS.items()}
+    chosen, missing, _ = choose_signals(bundle, defaults)
+    if key not in chosen:
+        raise CatalogueError(f"bundle {bundle} has no signal {key!r}" + (
+            f" (needs {', '.join(sorted(missing[key]))})" if key in missing else ""))
+    params = {**defaults, "rate_window": window}
+    text = _with_records(_fill(chosen[key], params), {}, True, params, chosen)
+    names = set().union(*(series_read(chosen[k], defaults) for k in [key, *records_used(chosen[key])]))
+    for name in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"\b{name}\{{", f"{name}{{{matchers}, ", text)
+        text = re.sub(rf"\b{name}\b(?![{{\w])", f"{name}{{{matchers}}}", text)
+    return " ".join(text.split())
+
+
 def parse_parameter(name: str, raw: object) -> float | str:
     """Parse an override for parameter ``name``; raises CatalogueError naming it."""
     if name not in PARAMETERS:
@@ -1274,6 +1311,15 @@ def validate() -> None:
         parse_duration(heuristic.for_)
         for text in (heuristic.summary, heuristic.description):
             gotemplate.check(text)
+        for key in heuristic.compares:
+            if f"<<{key}>>" not in heuristic.expr:
+                raise CatalogueError(f"{where}: compares <<{key}>>, which its expression does not read")
+        if heuristic.compares and heuristic.threshold not in heuristic.parameters:
+            try:
+                float(heuristic.threshold)
+            except ValueError:
+                raise CatalogueError(f"{where}: threshold {heuristic.threshold!r} is neither a parameter it reads "
+                                     "nor a number") from None
         for tier in heuristic.tiers:
             for used, replacement in tier.overrides.items():
                 if used not in heuristic.parameters or replacement not in PARAMETERS:

@@ -1,0 +1,98 @@
+"""The catalogue is the only place a signal is written: one change to a signal's definition moves its recording
+rule (every bundle), the alerts that read it, the dashboard panel that draws it and ``diagnose`` together."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from exporter.dashboards import node
+from exporter.dashboards.verdict_catalogue import verdicts
+from exporter.diagnose import diagnose_store
+from exporter.heuristics import catalogue, generate
+from exporter.heuristics.catalogue import RECORDS, resolve, signal
+from exporter.heuristics.scenarios import Timeline, process, store_of
+from exporter.heuristics.scenarios import node as node_series
+from tests.conftest import ROOT
+
+# The change: iowait counts as busy (a core waiting for storage is not free for the loaders).
+IDLE_OR_IOWAIT, IDLE = 'mode=~"idle|iowait"', 'mode="idle"'
+MINUTES = 20
+
+
+def panel_queries(dashboard: dict[str, Any], title: str) -> list[str]:
+    panel = next(p for p in dashboard["panels"] if p.get("title") == title)
+    return [target["expr"] for target in panel["targets"]]
+
+
+def outputs() -> dict[str, Any]:
+    """What the four consumers of the cpu_busy signal produce right now."""
+    resolved = resolve()
+    tl = Timeline(MINUTES)
+    # 70% busy and 25% iowait, tasks queueing for the cores, a job training.
+    store = store_of(node_series(tl, busy=0.7, iowait=0.25, cpu_pressure=0.8) + process(tl))
+    findings, errors = diagnose_store(resolved, store, MINUTES * 60.0)
+    assert errors == []
+    return {
+        "rules": {b: generate.render_recording_rules(c) for b, c in generate.bundle_catalogues(resolved).items()},
+        "alert": resolved.alert("CpuSaturated").inline_expr,
+        "panel": panel_queries(node.build("make generate"), "Busy per core"),
+        "diagnose": sorted(f.rule.alert for f in findings),
+    }
+
+
+def test_one_change_to_a_signal_moves_its_rules_alert_dashboard_panel_and_diagnose_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    before = outputs()
+    assert "BottleneckCpuSaturated" not in before["diagnose"]
+    cpu_busy = RECORDS["cpu_busy"]
+    monkeypatch.setitem(RECORDS, "cpu_busy", dataclasses.replace(
+        cpu_busy, expr=cpu_busy.expr.replace(IDLE_OR_IOWAIT, IDLE),
+        sources={source: expr.replace(IDLE_OR_IOWAIT, IDLE) for source, expr in cpu_busy.sources.items()}))
+    after = outputs()
+
+    record = "instance:bottleneck_cpu_busy:ratio_rate5m"
+    for bundle, text in after["rules"].items():
+        assert text != before["rules"][bundle], bundle
+        changed = text.split(f"record: {record}")[1].split("- record:")[0]
+        assert IDLE in changed and IDLE_OR_IOWAIT not in changed, bundle
+    assert after["alert"] != before["alert"] and f"{{{IDLE}}}" in after["alert"]
+    assert [q for q in after["panel"] if q not in before["panel"]] == [signal("cpu_busy", node.N)]
+    assert IDLE in signal("cpu_busy", node.N)
+    assert "BottleneckCpuSaturated" in after["diagnose"]
+
+
+def test_dashboards_draw_the_bundles_signal_with_rate_interval_and_their_own_matchers() -> None:
+    drawn = panel_queries(node.build("make generate"), "Busy per core")
+    assert signal("cpu_busy", node.N) in drawn
+    assert "[$__rate_interval]" in drawn[1] and 'bottleneck_cpu_seconds_total{instance=~"$instance", mode' in drawn[1]
+    assert "node_cpu_seconds_total" in signal("cpu_busy", node.N, "node-exporter")
+    with pytest.raises(catalogue.CatalogueError, match="bundle node-exporter-dcgm-only has no signal 'pcie'"):
+        signal("pcie", node.N, "node-exporter-dcgm-only")
+
+
+def test_verdict_panels_read_the_catalogues_structured_fields_not_its_promql() -> None:
+    by_name = {v.heuristic.name: v for v in verdicts()}
+    straggler = by_name["StragglerRank"]
+    assert straggler.heuristic.compares == ("step_vs_median", "own_vs_median")
+    assert straggler.signals == tuple(r.record for r in resolve().records if r.key in straggler.heuristic.compares)
+    assert by_name["MemoryPressure"].thresholds == (("warning", 0.1), ("critical", 0.05))
+    assert by_name["TrainingStalled"].signals == ()
+
+
+def test_a_heuristic_that_compares_a_record_its_expression_does_not_read_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    heuristics = list(catalogue.HEURISTICS)
+    index = next(i for i, h in enumerate(heuristics) if h.name == "Swapping")
+    heuristics[index] = dataclasses.replace(heuristics[index], compares=("cpu_busy",))
+    monkeypatch.setattr(catalogue, "HEURISTICS", tuple(heuristics))
+    with pytest.raises(catalogue.CatalogueError, match="heuristic Swapping: compares <<cpu_busy>>"):
+        catalogue.validate()
+
+
+def test_the_committed_node_dashboard_draws_the_catalogues_signal() -> None:
+    committed = json.loads((ROOT / "grafana/dashboards/bottleneck-node.json").read_text())
+    assert signal("cpu_busy", node.N) in panel_queries(committed, "Busy per core")
