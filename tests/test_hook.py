@@ -224,7 +224,8 @@ def test_no_exporter_running_gives_bit_identical_results(tmp_path):
     session = sessions[0]
     assert session.active and session.errors == 0
     assert session.clock.steps == 36
-    assert session.transport.dropped >= 3 and session.transport.sent == 0
+    session.close()  # the last datagram, on this thread: nobody listens, so it is dropped and counted
+    assert session.transport.dropped >= 1 and session.transport.sent == 0
 
 
 def test_repeated_internal_errors_switch_the_hook_off_once_and_training_is_unaffected(tmp_path, caplog):
@@ -252,8 +253,16 @@ def test_datagrams_carry_phases_settings_and_samples(tmp_path):
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     rx.bind(str(tmp_path / "rx.sock"))
     rx.setblocking(False)
-    seeded_run(lambda loader, model, optimizer: instrument(
-        loader, model=model, optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", job="unit/test"))
+    sessions: list[Session] = []
+
+    def wrap(loader: DataLoader, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        wrapped = instrument(loader, model=model, optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock",
+                             job="unit/test", interval=0.05)
+        sessions.append(wrapped.bottleneck_session)
+        return wrapped
+
+    seeded_run(wrap)
+    sessions[0].close()  # stops the sender thread, then sends the last datagram
     received = []
     while True:
         try:
@@ -261,8 +270,9 @@ def test_datagrams_carry_phases_settings_and_samples(tmp_path):
         except BlockingIOError:
             break
     rx.close()
-    # One datagram at the end of each of the 3 passes over the data; every one passes the receiver's schema.
-    assert len(received) >= 3
+    # The sender thread's datagrams (every 50 ms while steps progress) and the last one; every one passes
+    # the receiver's schema.
+    assert len(received) >= 1
     last = received[-1]
     assert (last.job, last.steps, last.samples) == ("unit/test", 36, 96 * 3)
     assert [s.seq for s in received] == sorted(s.seq for s in received)
