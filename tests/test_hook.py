@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -423,3 +424,54 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     assert session.clock.phase_totals[FORWARD] == forward_seconds
     session.close()  # closing puts the original forward back
     assert "forward" not in model.__dict__
+
+
+def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted():
+    """A GPU far behind (events that never complete within the run): the steps given up are counted, carried
+    in the datagram and exported as bottleneck_train_gpu_timings_dropped_total."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.push.receiver import PushReceiver
+    from exporter.push.store import JobStore
+
+    session = Session(address="off", job="gpu-behind", gpu_event_factory=lambda: FakeCudaEvent(lag=10**9))
+    assert session.gpu is not None
+    session.gpu.max_pending = 8
+    seeded_run(lambda loader, model, optimizer: instrument(loader, model=model, optimizer=optimizer,
+                                                             session=session))
+    assert session.gpu.abandoned_steps == 36 - 8  # the 8 newest are still pending
+    sent = validate(encode(session.payload()))
+    assert sent.gpu is not None and sent.gpu.dropped_timings == 28
+    session.close()  # the pending ones are given up at the end: all 36 dropped
+    assert session.gpu.abandoned_steps == 36
+
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    receiver.store.accept(sent)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(receiver)
+    labels = {"job": "gpu-behind", "rank": "0"}
+    assert registry.get_sample_value("bottleneck_train_gpu_timings_dropped_total", labels) == 28
+    assert registry.get_sample_value("bottleneck_train_gpu_busy_seconds_total", labels) == 0
+
+
+def test_new_datagram_fields_are_checked_like_the_rest():
+    """collective, skipped_steps and gpu.dropped_timings are optional (an older hook does not send them) but
+    bounded like every other number when present."""
+    session = Session(address="off", job="fields")
+    body = session.payload()
+    session.close()
+    assert validate(encode(body)).collective_seconds is None  # absent: not a DDP job
+
+    def rejected(change: Callable[[dict[str, Any]], None]) -> str:
+        datagram = copy.deepcopy(body)
+        change(datagram)
+        with pytest.raises(Exception) as err:
+            validate(encode(datagram))
+        return str(err.value)
+
+    assert rejected(lambda d: d["phase_seconds"].update(collective=-1.0)).startswith("bad_number")
+    assert rejected(lambda d: d.update(skipped_steps=1)).startswith("bad_number")  # more than the 0 steps
+    assert rejected(lambda d: d["phase_seconds"].update(comms=1.0)).startswith("bad_schema")
+    good = copy.deepcopy(body)
+    good["phase_seconds"]["collective"] = 2.5
+    assert validate(encode(good)).collective_seconds == 2.5
