@@ -417,11 +417,11 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     x = torch.randn(3, 4)
     assert torch.equal(loaded(x), model(x)) and torch.equal(twin(x), model(x))
 
-    forward_seconds = session.clock.phase_totals[FORWARD]
-    assert forward_seconds > 0  # the model(x) calls above, with grad enabled
+    marks = len(session.clock.log)
+    assert marks > 0  # the model(x) calls above, with grad enabled, were timed
     with torch.no_grad():
         model(x)  # evaluation is not a training forward
-    assert session.clock.phase_totals[FORWARD] == forward_seconds
+    assert len(session.clock.log) == marks
     session.close()  # closing puts the original forward back
     assert "forward" not in model.__dict__
 

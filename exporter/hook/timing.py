@@ -72,14 +72,15 @@ class StepClock:
     ``samples_at_step_end``, so the reported samples are those of completed steps.
     """
 
-    __slots__ = ("_buckets", "_current", "_folding", "_phase_totals", "_since", "_skipped", "_step_seconds",
-                 "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
+    __slots__ = ("_buckets", "_current", "_folding", "_phase_totals", "_running", "_since", "_skipped",
+                 "_step_seconds", "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
         self.fetched_samples: float = 0
         self.samples_at_step_end: float = 0
-        self._phase_totals = [0.0] * 5
+        self._phase_totals = [0.0] * 5  # of completed steps only
+        self._running = [0.0] * 5  # phases of the step under way, added to the totals when it ends
         self._step_seconds = 0.0
         self._steps = 0
         self._skipped = 0
@@ -116,7 +117,7 @@ class StepClock:
         # Only what is read here: a mark appended meanwhile (by the training thread) stays for the next fold.
         marks = iter(log[:count])
         del log[:count]
-        totals, buckets = self._phase_totals, self._buckets
+        totals, running, buckets = self._phase_totals, self._running, self._buckets
         current, since, step_start = self._current, self._since, self._step_start
         steps, skipped, step_seconds = self._steps, self._skipped, self._step_seconds
         if since is None:  # the first mark ever starts the first step
@@ -125,9 +126,14 @@ class StepClock:
             if current >= STEP_END:
                 current = OTHER
         for phase, now in zip(marks, marks, strict=False):  # one iterator twice: (phase, time) pairs
-            totals[current] += now - since
+            running[current] += now - since
             since = now
             if phase >= STEP_END:
+                # Only whole steps reach the totals, so that the phases of a datagram (which the sender thread
+                # may cut in the middle of a step) partition its step time exactly.
+                for index in range(5):
+                    totals[index] += running[index]
+                    running[index] = 0.0
                 duration = now - step_start
                 step_start = now
                 steps += 1
@@ -149,7 +155,7 @@ class StepClock:
                           tuple(self._buckets), self._step_start if self._steps else None,
                           float(self.samples_at_step_end))
 
-    # Single totals, for tests and the framework adapters (each folds first).
+    # Single totals, of completed steps, for tests and the framework adapters (each folds first).
     @property
     def phase_totals(self) -> tuple[float, ...]:
         return self.totals().phase_seconds
