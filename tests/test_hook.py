@@ -475,3 +475,30 @@ def test_new_datagram_fields_are_checked_like_the_rest():
     good = copy.deepcopy(body)
     good["phase_seconds"]["collective"] = 2.5
     assert validate(encode(good)).collective_seconds == 2.5
+
+
+def test_errors_on_the_sender_thread_switch_the_hook_off_without_touching_the_training_threads_hooks(tmp_path):
+    """A datagram that cannot be built, ten times, on the sender thread: the hook goes quiet; its hooks stay
+    (inert) until close, since removing them from that thread could race torch's iteration over them."""
+    session = Session(address=f"unix://{tmp_path}/nobody.sock", interval=0.05)
+
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("a payload bug")
+
+    session.payload = broken  # type: ignore[method-assign]
+    plain = seeded_run(lambda loader, model, optimizer: loader)
+    optimizers: list[torch.optim.Optimizer] = []
+
+    def wrap(loader: DataLoader, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        optimizers.append(optimizer)
+        return instrument(loader, model=model, optimizer=optimizer, session=session)
+
+    deadline = time.monotonic() + 60
+    hooked = seeded_run(wrap)
+    while session.active and time.monotonic() < deadline:
+        hooked = seeded_run(wrap)
+    assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
+    assert not session.active and session.errors >= 10
+    assert len(optimizers[-1]._optimizer_step_post_hooks) == 1  # still there, inert
+    session.close()
+    assert len(optimizers[-1]._optimizer_step_post_hooks) == 0

@@ -152,6 +152,7 @@ class Session:
                  gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> None:
         self.active = True
         self.errors = 0
+        self._owner = threading.get_ident()  # the thread that trains
         self.identity = identify(job)
         self.transport = Transport(address)
         self.clock = StepClock()
@@ -208,7 +209,10 @@ class Session:
             self.active = False
             log.warning("bottleneck hook: %d internal errors (last in %s), switching the hook off; training "
                         "continues unaffected", self.errors, where, exc_info=True)
-            self._remove_hooks()
+            # Off the training thread (the sender's), the hooks stay, inert, until close(): removing them
+            # there could change torch's hook dicts while the training thread iterates them.
+            if threading.get_ident() == self._owner:
+                self._remove_hooks()
 
     # -- marks (called by the adapters) ------------------------------------------------------------------
     # ``mark(phase)`` (an attribute set in __init__ / enable_gpu) closes the running phase and opens another.
