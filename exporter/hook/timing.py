@@ -35,7 +35,8 @@ PHASE_NAMES = ("data_wait", "forward", "backward", "optimizer")
 GPU_PHASE_NAMES = ("forward", "backward", "optimizer")
 _GPU_MARKED = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
-# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when no flush comes.
+# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when no sender
+# thread folds it every interval (the hook's address is `off`).
 LOG_LIMIT = 1 << 16
 
 
