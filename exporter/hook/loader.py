@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from exporter.hook.session import FETCH_ENDS_NOTHING, FETCH_ENDS_STEPPED, Samples, Session
+from exporter.hook.session import FETCH_ENDS_STEPPED, Samples, Session
 from exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
 
 log = logging.getLogger("exporter.hook")
@@ -157,7 +157,7 @@ class _InstrumentedIterator:
         session = self._session
         if session.active:
             try:
-                if session.end_at_fetch != FETCH_ENDS_NOTHING:
+                if session.end_at_fetch:  # FETCH_ENDS_NOTHING is 0: a fetch with one optimizer ends nothing
                     session.end_step_at_fetch()
                 log = self._log
                 log.append(DATA_WAIT)
