@@ -73,15 +73,15 @@ class StepClock:
     ``samples_at_step_end``, so the reported samples are those of completed steps.
     """
 
-    __slots__ = ("_buckets", "_current", "_folding", "_phase_totals", "_running", "_since", "_skipped",
+    __slots__ = ("_buckets", "_completed", "_current", "_folding", "_phase_totals", "_since", "_skipped",
                  "_step_seconds", "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
         self.fetched_samples: float = 0
         self.samples_at_step_end: float = 0
-        self._phase_totals = [0.0] * 5  # of completed steps only
-        self._running = [0.0] * 5  # phases of the step under way, added to the totals when it ends
+        self._phase_totals = [0.0] * 5  # up to the last mark folded
+        self._completed: tuple[float, ...] = (0.0,) * 5  # the same at the last step end: what is reported
         self._step_seconds = 0.0
         self._steps = 0
         self._skipped = 0
@@ -118,7 +118,7 @@ class StepClock:
         # Only what is read here: a mark appended meanwhile (by the training thread) stays for the next fold.
         marks = iter(log[:count])
         del log[:count]
-        totals, running, buckets = self._phase_totals, self._running, self._buckets
+        totals, buckets, completed = self._phase_totals, self._buckets, self._completed
         current, since, step_start = self._current, self._since, self._step_start
         steps, skipped, step_seconds = self._steps, self._skipped, self._step_seconds
         if since is None:  # the first mark ever starts the first step
@@ -127,14 +127,12 @@ class StepClock:
             if current >= STEP_END:
                 current = OTHER
         for phase, now in zip(marks, marks, strict=False):  # one iterator twice: (phase, time) pairs
-            running[current] += now - since
+            totals[current] += now - since
             since = now
             if phase >= STEP_END:
-                # Only whole steps reach the totals, so that the phases of a datagram (which the sender thread
-                # may cut in the middle of a step) partition its step time exactly.
-                for index in range(5):
-                    totals[index] += running[index]
-                    running[index] = 0.0
+                # Only whole steps are reported, so that the phases of a datagram (which the sender thread may
+                # cut in the middle of a step) partition its step time exactly.
+                completed = tuple(totals)
                 duration = now - step_start
                 step_start = now
                 steps += 1
@@ -147,12 +145,13 @@ class StepClock:
                 current = phase
         self._current, self._since, self._step_start = current, since, step_start
         self._steps, self._skipped, self._step_seconds = steps, skipped, step_seconds
+        self._completed = completed
 
     def totals(self) -> Totals:
         """Fold, then read every total at once (what a datagram carries)."""
         with self._folding:
             self._fold()
-            return Totals(tuple(self._phase_totals), self._step_seconds, self._steps, self._skipped,
+            return Totals(self._completed, self._step_seconds, self._steps, self._skipped,
                           tuple(self._buckets), self._step_start if self._steps else None,
                           float(self.samples_at_step_end))
 
