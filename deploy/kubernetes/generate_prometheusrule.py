@@ -5,7 +5,9 @@
 
 The PrometheusRule carries the recording rules (prometheus/recording-rules.yml) and the alert rules
 (alerts/alert-rules.yml) unchanged, group by group, so the Prometheus Operator loads exactly what promtool
-tests. tests/test_kubernetes.py fails when the committed file drifts from these sources.
+tests. The overlay beside-node-exporter-and-dcgm patches its groups with the node-exporter-dcgm rule bundle
+(prometheus/bundles/node-exporter-dcgm/), whose rules read node_exporter's and dcgm-exporter's series.
+tests/test_kubernetes.py and tests/test_bundles.py fail when a committed file drifts from these sources.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "prometheus" / "recording-rules.yml", ROOT / "alerts" / "alert-rules.yml")
 TARGET = ROOT / "deploy" / "kubernetes" / "base" / "prometheusrule.yaml"
+BUNDLE = ROOT / "prometheus" / "bundles" / "node-exporter-dcgm"
+BUNDLE_SOURCES = (BUNDLE / "recording-rules.yml", BUNDLE / "alert-rules.yml")
+BUNDLE_TARGET = ROOT / "deploy" / "kubernetes" / "overlays" / "beside-node-exporter-and-dcgm" / "prometheusrule.yaml"
 REGENERATE = "python deploy/kubernetes/generate_prometheusrule.py"
 
 
@@ -50,6 +55,12 @@ def load_groups(sources: tuple[Path, ...] = SOURCES) -> list[dict[str, Any]]:
             seen[name] = source
             groups.append(group)
     return groups
+
+
+def render_bundle_patch() -> str:
+    """The overlay's patch: the base PrometheusRule with the node-exporter-dcgm bundle's groups (a CRD's lists
+    are replaced whole by a kustomize patch)."""
+    return render(BUNDLE_SOURCES)
 
 
 def render(sources: tuple[Path, ...] = SOURCES) -> str:
@@ -96,7 +107,8 @@ def write_or_check(argv: list[str] | None, doc: str | None, target: Path, regene
 
 
 def main(argv: list[str] | None = None) -> int:
-    return write_or_check(argv, __doc__, TARGET, REGENERATE, render)
+    return max(write_or_check(argv, __doc__, TARGET, REGENERATE, render),
+               write_or_check(argv, __doc__, BUNDLE_TARGET, REGENERATE, render_bundle_patch))
 
 
 if __name__ == "__main__":
