@@ -124,7 +124,8 @@ def test_a_verdict_that_needs_our_sub_second_samples_is_left_out_of_the_dcgm_bun
     assert "# Left out: BottleneckGpuSawtooth (needs bottleneck_gpu_utilization_samples_bucket" in alerts
     runbook = (ROOT / "docs/runbook.md").read_text()
     section = runbook.split("## BottleneckGpuSawtooth")[1].split("\n## ")[0]
-    assert "**Sources.** In the bundles `bottleneck`, `node-exporter`, `node-exporter-dcgm`." in section
+    assert "**Sources.** Reads GPU series from bottleneck-exporter. In the bundles `bottleneck`, `node-exporter`, " \
+        "`node-exporter-dcgm`." in section
     assert "Left out of `node-exporter-dcgm-only`: it needs bottleneck-exporter's gpu collector (NVML)" in section
     assert "| BottleneckGpuSawtooth | yes | yes | yes | no |" in runbook
 

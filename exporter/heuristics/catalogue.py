@@ -1091,6 +1091,8 @@ class Catalogue:
     left_out: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # recording rule → the raw series of the parts it is recorded without (node_cause without GPU causes)
     reduced: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # heuristic → the raw series it reads in this bundle, through its recording rules
+    reads: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def reduced_for(self) -> dict[str, dict[str, tuple[str, ...]]]:
@@ -1296,6 +1298,7 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
     base = str(params["runbook_base_url"])
     alerts: list[AlertRule] = []
     left_out: dict[str, tuple[str, ...]] = {}
+    reads: dict[str, tuple[str, ...]] = {}
     provides = BUNDLES[bundle].provides
     for heuristic in HEURISTICS:
         lacking = {m for m in series_read(heuristic.expr, params) if not provides(m)}
@@ -1304,6 +1307,8 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
         if lacking:
             left_out[heuristic.name] = tuple(sorted(lacking))
             continue
+        through = (series_read(chosen[key], params) for key in _closure(heuristic.expr, chosen))
+        reads[heuristic.name] = tuple(sorted(series_read(heuristic.expr, params).union(*through)))
         for tier in heuristic.tiers:
             filled = _fill(heuristic.expr, params, tier.overrides)
             thresholds = {tier.overrides.get(n, n): params[tier.overrides.get(n, n)]
@@ -1323,7 +1328,17 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
                 thresholds=thresholds,
             ))
     return Catalogue(params, records, tuple(alerts), bundle, left_out,
-                     {names[key]: tuple(sorted(lacking)) for key, lacking in reduced.items()})
+                     {names[key]: tuple(sorted(lacking)) for key, lacking in reduced.items()}, reads)
+
+
+def _closure(expr: str, chosen: Mapping[str, str]) -> list[str]:
+    """Record keys ``expr`` reads as a bundle records them (its choice of expression per record), transitively."""
+    found: list[str] = []
+    for key in RECORD_REF.findall(expr):
+        for dependency in [*_closure(chosen[key], chosen), key]:
+            if dependency not in found:
+                found.append(dependency)
+    return found
 
 
 def validate() -> None:

@@ -42,7 +42,7 @@ from exporter.heuristics.catalogue import (
 )
 from exporter.heuristics.replay import Instance, Outcome, replay
 from exporter.heuristics.scenarios import SCENARIOS
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, SOURCES, family_of
+from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, FAMILIES, FAMILY_WORDS, SOURCES, family_of
 
 COMMAND = "python -m exporter.heuristics.generate"
 RECORDING_RULES = "prometheus/recording-rules.yml"
@@ -185,7 +185,13 @@ def _md_escape(text: str) -> str:
 def _source_line(name: str, bundles: Mapping[str, Catalogue]) -> str:
     """The runbook's line on what a heuristic reads and in which bundles it exists."""
     inside = [b for b, c in bundles.items() if name not in c.left_out]
-    line = f"**Sources.** In the bundles {', '.join(f'`{b}`' for b in inside)}."
+    origins: dict[str, set[str]] = {}
+    for bundle in inside:
+        for family, origin in filter(None, map(family_of, bundles[bundle].reads[name])):
+            origins.setdefault(family, set()).add(origin)
+    read = "; ".join(f"{FAMILY_WORDS[family]} series from {' or '.join(sorted(found))}"
+                     for family, found in sorted(origins.items(), key=lambda item: FAMILIES.index(item[0])))
+    line = f"**Sources.** Reads {read}. In the bundles {', '.join(f'`{b}`' for b in inside)}."
     for bundle, catalogue in bundles.items():
         if name in catalogue.left_out:
             lacking = catalogue.left_out[name]

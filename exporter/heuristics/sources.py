@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
+FAMILY_WORDS = {TRAINING: "training and scrape", HOST: "host", GPU: "GPU"}  # how the runbook names them
 OURS = "bottleneck-exporter"
 NODE_EXPORTER = "node_exporter"
 DCGM = "dcgm-exporter"
