@@ -79,10 +79,7 @@ def gpu_utilization_panels() -> list[Panel]:
             "suggests a bigger batch; above the nearly-full threshold an OOM is close.",
             "percentunit",
             [
-                Query(
-                    f"bottleneck_gpu_memory_used_bytes{{{G}}} / bottleneck_gpu_memory_total_bytes{{{G}}}",
-                    "GPU {{gpu}}",
-                )
+                Query(signal("gpu_mem", G), "GPU {{gpu}}")
             ],
             width=8,
             min_value=0,
@@ -395,10 +392,7 @@ def memory_panels() -> list[Panel]:
             "is squeezed and workers may get OOM-killed.",
             "percentunit",
             [
-                Query(
-                    f"bottleneck_memory_available_bytes{{{N}}} / bottleneck_memory_total_bytes{{{N}}}",
-                    "available",
-                )
+                Query(signal("mem_available", N), "available")
             ],
             width=8,
             min_value=0,
@@ -473,7 +467,7 @@ def disk_panels() -> list[Panel]:
             "Share of time the device had IO in flight (iostat %util); near 1 while "
             "the GPU starves means an IO-bound input pipeline.",
             "percentunit",
-            [Query(f"rate(bottleneck_disk_io_time_seconds_total{{{N}}}[{RI}])", "{{device}}")],
+            [Query(signal("disk_busy", N), "{{device}}")],
             width=6,
             min_value=0,
             max_value=1,
