@@ -157,7 +157,7 @@ def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, fl
 
 
 def _receiver_families(ranks: int, datagrams: float, rejected: Mapping[str, float], jobs: int) -> Iterable[Metric]:
-    yield CounterMetricFamily("bottleneck_push_datagrams", "Datagrams received by the push receiver.",
+    yield CounterMetricFamily("bottleneck_push_datagrams_total", "Datagrams received by the push receiver.",
                               value=datagrams)
     rejected_family = _counter("bottleneck_push_rejected_total",
                                "Datagrams dropped by the push receiver, by reason.", ["reason"])
