@@ -260,10 +260,8 @@ def _psi(resource: str) -> str:
             f'kind="some"}}[{W}]))')
 
 
-def _nic(prefix: str) -> str:
-    rx, tx = f"{prefix}_network_receive_bytes_total", f"{prefix}_network_transmit_bytes_total"
-    return (f"(\n  rate({rx}[{W}])\n    > rate({tx}[{W}])\n  or rate({tx}[{W}])\n)\n"
-            f"/ ({prefix}_network_speed_bytes > 0)")
+def _nic(rx: str, tx: str, speed: str) -> str:
+    return f"(\n  rate({rx}[{W}])\n    > rate({tx}[{W}])\n  or rate({tx}[{W}])\n)\n/ ({speed} > 0)"
 
 
 def _dcgm(expr: str) -> str:
@@ -367,8 +365,11 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("disk_busy", f"instance_device:bottleneck_disk_io_time:ratio_rate{W}",
            f"rate(bottleneck_disk_io_time_seconds_total[{W}])", "node",
            {NODE_EXPORTER: f"rate(node_disk_io_time_seconds_total[{W}])"}),
-    Record("net_util", f"instance_device:bottleneck_network_throughput:ratio_rate{W}", _nic("bottleneck"), "node",
-           {NODE_EXPORTER: _nic("node")}),
+    Record("net_util", f"instance_device:bottleneck_network_throughput:ratio_rate{W}",
+           _nic("bottleneck_network_receive_bytes_total", "bottleneck_network_transmit_bytes_total",
+                "bottleneck_network_speed_bytes"), "node",
+           {NODE_EXPORTER: _nic("node_network_receive_bytes_total", "node_network_transmit_bytes_total",
+                                "node_network_speed_bytes")}),
     # The busiest-thread gauge covers one scrape interval: averaged over the window, so that one scrape in
     # which a pegged loader blocked on a lock does not restart the alerts' for: clock.
     Record("loader_busiest", f"instance_process:bottleneck_training_loader_busiest_thread:ratio_avg{W}",
