@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -19,7 +20,7 @@ from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
 from exporter.heuristics.replay import replay
 from exporter.heuristics.scenarios import SCENARIOS, Series
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, GPU, HOST, OURS, family_of, gpu_unique
 from tests.conftest import ROOT, require_tool
 from tests.promstack import Process
 
@@ -173,3 +174,22 @@ def test_the_overlay_beside_node_exporter_and_dcgm_installs_the_node_exporter_dc
                 for group in yaml.safe_load((ROOT / f).read_text())["groups"]]
     assert rule["spec"]["groups"] == expected
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+@pytest.mark.parametrize(("bundle", "preset"), [("node-exporter", "beside-node-exporter"),
+                                                ("node-exporter-dcgm", "beside-node-exporter-and-dcgm")])
+def test_the_exporter_under_the_bundles_preset_exports_every_series_of_ours_the_bundle_reads(
+        bundle: str, preset: str, start_exporter: Any) -> None:
+    """The bundle and the preset describe the same deployment: what the rules read from us, the preset keeps."""
+    profile = f"--collector.gpu.profile={ROOT / 'tests/fixtures/gpu-profiles/hopper-4x-h100.yaml'}"
+    scraped = {}
+    for mode, args in (("preset", [f"--collector.preset={preset}", profile]), ("default", [profile])):
+        exporter = start_exporter(args)
+        scraped[mode] = set(exposition_labels(requests.get(exporter.url + "/metrics", timeout=30).text))
+    read = {m for series in resolve(bundle=bundle).reads.values() for m in series}
+    ours = {m for m in read if family_of(m) in ((GPU, OURS), (HOST, OURS))}
+    assert not {m for m in read if family_of(m) == (HOST, OURS)}
+    # Series that only appear with an event (an XID) are absent from both scrapes; the preset keeps the rest.
+    assert ours & scraped["default"] and ours & scraped["default"] <= scraped["preset"], \
+        sorted(ours & scraped["default"] - scraped["preset"])
+    assert all(gpu_unique(m) for m in ours - scraped["default"])
