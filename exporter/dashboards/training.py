@@ -168,13 +168,15 @@ def throughput_panels() -> list[Panel]:
             "s",
             [
                 Query(
-                    f"max by (training_job, rank, instance, local_rank, world_size, device) (bottleneck_train_info{{{J}}})",
+                    "max by (training_job, rank, instance, local_rank, world_size, device) "
+                    f"(bottleneck_train_info{{{J}}})",
                     instant=True,
                     table=True,
                 ),
                 Query(mean_step_seconds("training_job, rank, instance"), instant=True, table=True),
                 Query(
-                    f"time() - max by (training_job, rank, instance) (bottleneck_train_last_step_timestamp_seconds{{{J}}})",
+                    "time() - max by (training_job, rank, instance) "
+                    f"(bottleneck_train_last_step_timestamp_seconds{{{J}}})",
                     instant=True,
                     table=True,
                 ),

@@ -1,6 +1,7 @@
 """Metric families built, fresh on every scrape, from the job store and the receiver's counters.
 
-Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per training job and rank (the job under ``JOB_LABEL``, never Prometheus' own ``job``)::
+Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per training job (label
+``schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0

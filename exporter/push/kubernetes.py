@@ -1,6 +1,7 @@
 """The pod each pushing rank runs in, as the hook reported it from inside the pod: one info series per rank::
 
-    bottleneck_train_kubernetes_info{training_job="bert",rank="3",namespace="ml",pod="bert-worker-3",container="trainer"} 1.0
+    bottleneck_train_kubernetes_info{training_job="bert",rank="3",namespace="ml",pod="bert-worker-3",
+                                     container="trainer"} 1.0
 
 Absent for ranks outside Kubernetes. Join it onto any per-rank series::
 
