@@ -388,7 +388,7 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
         wait_for(lambda: 'training_job="finished"' in exporter.scrape(), "the finished trainer in a scrape")
         procs[1].communicate("")
         wait_for(lambda: 'training_job="finished"' not in exporter.scrape(), "the finished trainer to expire")
-        assert 'bottleneck_train_steps_total{training_job="hung",rank="0"} 3.0' in exporter.scrape()
+        assert 'bottleneck_train_steps_total{rank="0",training_job="hung"} 3.0' in exporter.scrape()
         procs[0].communicate("")
         wait_for(lambda: 'training_job="hung"' not in exporter.scrape(), "the hung trainer to expire once it exited")
     finally:
@@ -717,12 +717,12 @@ def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_
 
     def scraped() -> str:
         text = exporter.scrape()
-        return text if 'bottleneck_train_steps_total{training_job="e2e",rank="0"} 4.0' in text else ""
+        return text if 'bottleneck_train_steps_total{rank="0",training_job="e2e"} 4.0' in text else ""
 
     wait_for(scraped, "the pushed steps in a scrape")
     text = exporter.scrape()
     assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in text
-    assert 'bottleneck_train_cuda_memory_peak_bytes{training_job="e2e",rank="0"} 1.5e+09' in text
+    assert 'bottleneck_train_cuda_memory_peak_bytes{rank="0",training_job="e2e"} 1.5e+09' in text
     checked = subprocess.run([require_tool("promtool"), "check", "metrics"], input=text, capture_output=True,
                              text=True)
     assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), \
