@@ -6,10 +6,11 @@ Two identical setups (model, optimizer, DataLoader over in-memory tensors, one t
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
 ``exporter.hook.instrument`` and sends its datagrams (once a second as by default, and at the end of each
 pass over its 128 batches) to a live Unix socket, as with a running exporter. Printed: the median step time
-of each, the median of the per-pair differences (the added cost), the datagrams' own cost spread over the
-steps (the median leaves those steps out), and the same median for two *unhooked* setups, which shows this
-machine's noise floor. Also the hook's bookkeeping alone (its entry points in a loop with nothing else, warm
-caches): the floor of what it can add.
+of each, the median of the per-pair differences (the added cost), the datagrams' cost on the training thread
+(none: the sender thread folds, encodes and sends) and on the sender thread, the mean of the per-pair
+differences (everything included, the sender thread's hold on the GIL too), and the same median for two
+*unhooked* setups, which shows this machine's noise floor. Also the hook's bookkeeping alone (its
+entry points in a loop with nothing else, warm caches): the floor of what it can add.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import socket
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,9 +43,10 @@ class Setup:
             loader = instrument(loader, model=self.model, optimizer=self.optimizer, address=address)
         self.loader = loader
         self.iterator = iter(loader)
+        self.started = 0.0
 
     def step(self) -> float:
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         try:
             x, y = next(self.iterator)
         except StopIteration:
@@ -55,20 +58,36 @@ class Setup:
         return time.perf_counter() - start
 
 
-def paired(first: Setup, second: Setup, pairs: int, drain: socket.socket) -> tuple[float, float, float]:
-    """Median step time of each setup and the median per-pair difference (second minus first)."""
-    a_times, b_times, differences = [], [], []
-    for index in range(pairs):
-        if index % 2:  # alternate which goes first: neither always runs right after the other
-            a, b = first.step(), second.step()
-        else:
-            b, a = second.step(), first.step()
-        a_times.append(a)
-        b_times.append(b)
-        differences.append(b - a)
-        if index % 256 == 0:
-            _drain(drain)
-    return statistics.median(a_times), statistics.median(b_times), statistics.median(differences)
+class Pairs:
+    """Step times of two setups taking turns, and when each pair of steps ran."""
+
+    def __init__(self, first: Setup, second: Setup, pairs: int, drain: socket.socket) -> None:
+        self.first_times: list[float] = []
+        self.second_times: list[float] = []
+        # Each pair's span runs from the end of the one before, so that no wall time escapes them.
+        self.spans: list[tuple[float, float]] = []
+        previous_end = time.perf_counter()
+        for index in range(pairs):
+            if index % 256 == 0:
+                _drain(drain)
+            if index % 2:  # alternate which goes first: neither always runs right after the other
+                a, b = first.step(), second.step()
+            else:
+                b, a = second.step(), first.step()
+            self.first_times.append(a)
+            self.second_times.append(b)
+            end = time.perf_counter()
+            self.spans.append((previous_end, end))
+            previous_end = end
+        self.differences = [b - a for a, b in zip(self.first_times, self.second_times, strict=True)]
+        self.added = statistics.median(self.differences)
+
+    def lost_to(self, spans: list[tuple[float, float]]) -> list[float]:
+        """Per span (a datagram on the sender thread): how much longer than the median pair the pairs that
+        overlapped it took, summed. Either setup pays: the GIL is the process's."""
+        usual = statistics.median(end - start for start, end in self.spans)
+        return [sum(finish - begin - usual for begin, finish in self.spans if begin < end and finish > start)
+                for start, end in spans]
 
 
 def _drain(sock: socket.socket) -> None:
@@ -139,21 +158,29 @@ def bookkeeping_only(steps: int) -> float:
     return hooked - bare
 
 
-class FlushTimer:
-    """Stands in for the session's ``flush`` and times it: a datagram (folding the mark log into totals,
-    encoding, sending) is an outlier step that the median leaves out, so its cost is reported apart."""
+class Timed:
+    """Stands in for one of the session's datagram methods and times it, wall clock and this thread's CPU."""
 
-    def __init__(self, session: Session) -> None:
-        self._flush = session.flush
-        self.seconds = 0.0
+    def __init__(self, owner: Any, name: str) -> None:
+        self._method = getattr(owner, name)
+        self.seconds = self.cpu_seconds = 0.0
         self.calls = 0
-        setattr(session, "flush", self)  # noqa: B010 -- shadows the method on this one instance
+        self.threads: set[int] = set()
+        self.spans: list[tuple[float, float]] = []
+        setattr(owner, name, self)  # shadows the method on this one instance
 
-    def __call__(self, now: float | None = None) -> None:
-        start = time.perf_counter()
-        self._flush(now)
-        self.seconds += time.perf_counter() - start
+    def __call__(self) -> None:
+        start, cpu = time.perf_counter(), time.thread_time()
+        self._method()
+        self.cpu_seconds += time.thread_time() - cpu
+        end = time.perf_counter()
+        self.seconds += end - start
+        self.spans.append((start, end))
         self.calls += 1
+        self.threads.add(threading.get_ident())
+
+    def each_us(self) -> float:
+        return self.seconds / max(self.calls, 1) * 1e6
 
 
 def main() -> None:
@@ -171,22 +198,35 @@ def main() -> None:
         for setup in (plain, hooked, control):  # warm-up
             for _ in range(200):
                 setup.step()
-        flushes = FlushTimer(hooked.loader.bottleneck_session)
-        base, with_hook, added = paired(plain, hooked, args.pairs, receiver)
-        _, _, noise = paired(plain, control, args.pairs, receiver)
+        session = hooked.loader.bottleneck_session
+        sender = session.sender
+        datagrams, training_thread = Timed(sender, "_send"), threading.get_ident()
+        measured = Pairs(plain, hooked, args.pairs, receiver)
+        session.close()  # its sender thread stops: the datagrams timed are those sent during the pairs
+        noise = Pairs(plain, control, args.pairs, receiver).added
         receiver.close()
     floor = bookkeeping_only(50000)
 
-    print(f"torch {torch.__version__}, {args.pairs} step pairs, 1 torch thread")
+    print(f"torch {torch.__version__}, {args.pairs} step pairs, 1 torch thread, load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
-    print(f"median step with hook:           {with_hook * 1e6:8.1f} us")
-    print(f"added per step (median of pairs): {added * 1e6:7.1f} us = {added / base:.1%} of this step, "
-          f"{added / 0.002:.2%} of a 2 ms step")
-    amortized = flushes.seconds / args.pairs
-    print(f"datagrams (fold + encode + send): {flushes.calls}, {flushes.seconds / max(flushes.calls, 1) * 1e6:.0f} us "
-          f"each = {amortized * 1e6:.1f} us per step amortized (one per pass of {len(hooked.loader)} batches)")
-    print(f"added per step, median + datagrams: {(added + amortized) * 1e6:5.1f} us")
-    print(f"noise floor (unhooked vs unhooked): {noise * 1e6:5.1f} us")
+    print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")
+    print(f"added per step (median of pairs): {added * 1e6:.1f} us")
+    print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step")
+    # Datagrams are folded, encoded and sent on the sender thread: the training thread's share is what ran
+    # on it (nothing, unless the sender thread's calls turn up there).
+    on_training = datagrams.seconds if training_thread in datagrams.threads else 0.0
+    print(f"datagrams (fold + encode + send): {datagrams.calls}, "
+          f"{on_training / max(datagrams.calls, 1) * 1e6:.1f} us each")
+    print(f"  on the sender thread: {datagrams.each_us():.0f} us each "
+          f"({datagrams.cpu_seconds / max(datagrams.calls, 1) * 1e6:.0f} us of its CPU), one a second")
+    lost = measured.lost_to(datagrams.spans)
+    if lost:
+        print(f"  the step pairs that overlapped a datagram took {statistics.median(lost) * 1e6:.0f} us more than "
+              f"usual in all (median over datagrams; mean {statistics.fmean(lost) * 1e6:.0f} us, "
+              f"{sum(lost) / args.pairs * 1e6:.1f} us per step): what the training thread lost to the sender thread")
+    print(f"noise floor (unhooked vs unhooked, median of pairs): {noise * 1e6:.1f} us")
     print(f"hook bookkeeping alone (warm):   {floor * 1e6:8.2f} us per step")
 
 

@@ -6,6 +6,9 @@ the push receiver's from ``exporter.push.settings.OPTIONS`` (``--push.<option>``
 option takes its value by one precedence, ``exporter.config.option_values``: registered default < config file <
 flag. The exporter (``exporter.cli``) and ``diagnose`` standalone build the same parts from the same flags.
 
+``--collector.preset`` (``exporter.collectors.coexistence.PRESETS``) changes defaults only: it turns collectors
+off and sets collector options below the config file and the flags.
+
 The orchestrator runs every part on each collection and reports it, the push receiver included::
 
     bottleneck_scrape_collector_success{collector="push"} 1.0
@@ -18,10 +21,12 @@ so an exception in the receiver's exposition costs its own series, not the scrap
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from exporter.collectors import REGISTRY, Collector, Context
+from exporter.collectors import REGISTRY, Collector, Context, Option
+from exporter.collectors.coexistence import PRESETS, Preset
 from exporter.config import add_option_flags, collector_settings, option_values
 from exporter.push import add_arguments as add_push_arguments
 from exporter.push import build_receiver
@@ -56,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one of its\noptions (in --config.file: collectors.<name>.<option>).")
     collectors.add_argument("--collector.disable-defaults", dest="disable_defaults", action="store_true",
                             help="Turn every collector off unless named with --collector.<name>")
+    collectors.add_argument("--collector.preset", dest="preset", choices=sorted(PRESETS), default=None,
+                            metavar="PRESET", help="Leave to node_exporter and dcgm-exporter what they export "
+                            "(docs/coexistence.md): " + "; ".join(f"{name}: {preset.help}"
+                                                                   for name, preset in sorted(PRESETS.items()))
+                            + ". Flags and the config file still win (default: none)")
     for reg in sorted(REGISTRY.values(), key=lambda r: r.name):
         collectors.add_argument(f"--collector.{reg.name}", dest=f"collector_{reg.name}",
                                 action=argparse.BooleanOptionalAction, default=None,
@@ -72,20 +82,28 @@ def build_collectors(args: argparse.Namespace, file_config: dict[str, Any], trai
     """The enabled collectors, each with its options; ``source`` (the config file) is named in errors."""
     enabled_in_file, sections = collector_settings(file_config, REGISTRY, source)
     at = f"{source}: " if source else ""
+    preset = PRESETS[args.preset] if getattr(args, "preset", None) else Preset("", ())
     collectors: dict[str, Collector] = {}
     for name, reg in sorted(REGISTRY.items()):
-        enabled = False if args.disable_defaults else reg.default_enabled
+        enabled = False if args.disable_defaults or name in preset.collectors_off else reg.default_enabled
         enabled = enabled_in_file.get(name, enabled)
         flag = getattr(args, f"collector_{name}")
         if flag is not None:
             enabled = flag
-        options, _ = option_values(reg.options, sections.get(name, {}), f"{at}collectors.{name}", args,
+        options, _ = option_values(_preset_defaults(reg.options, preset.options.get(name, {})),
+                                   sections.get(name, {}), f"{at}collectors.{name}", args,
                                    f"collector.{name}", f"collector_{name}")
         if enabled:
             ctx = Context(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs, options=options,
                           training=training)
             collectors[name] = reg.factory(ctx)
     return collectors
+
+
+def _preset_defaults(options: tuple[Option, ...], defaults: Mapping[str, object]) -> tuple[Option, ...]:
+    """The options with the preset's values as their defaults: the config file and flags still win."""
+    return tuple(dataclasses.replace(option, default=defaults[option.name]) if option.name in defaults else option
+                 for option in options)
 
 
 def build_parts(args: argparse.Namespace, file_config: dict[str, Any], training: TrainingRegistry,

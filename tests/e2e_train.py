@@ -1,11 +1,14 @@
 """Training jobs for the multi-node end-to-end test (tests/test_e2e_multinode.py), one process per rank.
 
     python tests/e2e_train.py ddp --stop-file PATH [--slow-rank 2 --slow-seconds 0.2 | --between-seconds 0.2]
+                                  [--embedding ROWS]
         one rank of a torch.distributed (gloo, CPU) data-parallel job; RANK, WORLD_SIZE, MASTER_ADDR and
         MASTER_PORT from the environment, as torchrun sets them. The slow rank's forward takes
         --slow-seconds longer: a slower node, which its peers then wait for in the all-reduce. With
         --between-seconds the slow rank instead spends that long between steps, outside every phase (rank-0
         logging or checkpointing); its peers wait for it in the next step's all-reduce, inside backward.
+        --embedding adds an embedding table of ROWS x 16 (dense gradients): a big model whose every step
+        computes little and all-reduces the whole table, so the all-reduce dominates the step.
     python tests/e2e_train.py input --stop-file PATH --cause-file PATH
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
@@ -44,14 +47,17 @@ class Samples(Dataset):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, embedding: int = 0) -> None:
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        self.table = torch.nn.Embedding(embedding, 16) if embedding else None
         self.delay = delay
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.delay:
             time.sleep(self.delay)  # this rank's node computes slower
+        if self.table is not None:  # a few rows looked up, the whole table's gradient all-reduced
+            x = x + self.table((x[:, 0].abs() * 1e4).long() % self.table.num_embeddings)
         return self.net(x)
 
 
@@ -92,6 +98,7 @@ def main() -> int:
     parser.add_argument("--between-seconds", type=float, default=0.0)
     parser.add_argument("--cause-file")
     parser.add_argument("--item-seconds", type=float, default=0.01)
+    parser.add_argument("--embedding", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # several ranks share a small test machine
@@ -102,8 +109,8 @@ def main() -> int:
         dist.init_process_group("gloo", init_method="env://")
         rank = dist.get_rank()
         slow = rank == args.slow_rank
-        model = torch.nn.parallel.DistributedDataParallel(Model(args.slow_seconds if slow and not args.between_seconds
-                                                                else 0))
+        model = torch.nn.parallel.DistributedDataParallel(
+            Model(args.slow_seconds if slow and not args.between_seconds else 0, args.embedding))
         loader = DataLoader(Samples(256), batch_size=8, num_workers=0)
         steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0)
         dist.destroy_process_group()

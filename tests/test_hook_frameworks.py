@@ -22,6 +22,7 @@ from exporter.push.store import JobStore
 pytestmark = pytest.mark.torch
 
 ITEMS, BATCH, ACCUMULATE, EPOCHS = 24, 4, 2, 2
+FORWARD_SECONDS = 0.005  # each micro-batch's forward sleeps this long: a known forward cost
 PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
 
 
@@ -46,6 +47,7 @@ def run_lightning(address: str) -> None:
             self.layer = torch.nn.Linear(8, 1)
 
         def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
+            time.sleep(FORWARD_SECONDS)
             return torch.nn.functional.mse_loss(self.layer(batch["x"]), batch["labels"])
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -68,6 +70,7 @@ def run_huggingface(address: str, output: Path) -> None:
             self.layer = torch.nn.Linear(8, 1)
 
         def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            time.sleep(FORWARD_SECONDS)
             out = self.layer(x)
             return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
 
@@ -123,4 +126,7 @@ def test_lightning_and_huggingface_callbacks_report_the_same_phases(push_receive
         assert result["data_wait"] / result["step"] > 0.6, result
         # Each run sleeps 2 epochs x 24 items x 10 ms = 0.48 s inside the loader: a lower bound of data wait.
         assert result["data_wait"] >= 0.48, result
+        # Gradient accumulation: every micro-batch's forward counts, not only the one before the optimizer
+        # step (2 epochs x 6 micro-batches x 5 ms).
+        assert result["forward"] >= EPOCHS * ITEMS / BATCH * FORWARD_SECONDS, result
     assert 0.5 < lightning["data_wait"] / huggingface["data_wait"] < 2, (lightning, huggingface)

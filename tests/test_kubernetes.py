@@ -81,7 +81,8 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
-KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack"]
+KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
+                  "overlays/beside-node-exporter-and-dcgm"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -330,6 +331,29 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
         assert crd_errors(by_kind(objects, kind)) == []
     assert by_kind(objects, "DaemonSet")["spec"] == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
+
+
+def test_beside_node_exporter_and_dcgm_overlay_runs_the_preset_with_the_config_file(tmp_path: Path) -> None:
+    """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
+    ConfigMap leave the host to node_exporter and the duplicated GPU series to dcgm-exporter (the config file
+    must not turn a host collector back on)."""
+    from exporter import parts
+    from exporter.config import load_yaml
+    from exporter.training.registry import TrainingRegistry
+
+    objects = render("overlays/beside-node-exporter-and-dcgm")
+    (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
+    assert container["args"] == [*base["containers"][0]["args"], "--collector.preset=beside-node-exporter-and-dcgm"]
+    args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
+    args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
+    config = tmp_path / "config.yml"
+    config.write_text(configmap["data"]["config.yml"])
+    built = parts.build_collectors(build_parser().parse_args([*args, "--collector.gpu.profile=" + str(
+        FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml")]), load_yaml(str(config)), TrainingRegistry())
+    assert sorted(built) == ["gpu", "kubernetes", "training"]
+    assert built["gpu"].exported is not None  # type: ignore[attr-defined]
 
 
 def test_servicemonitor_drops_the_exporter_pods_own_pod_and_container_target_labels() -> None:

@@ -1,8 +1,9 @@
 """The collectors. Importing this package imports every module in it, which registers each collector.
 
 Adding a collector = one module here (decorated with ``@register``), a fixture, a test. Besides the
-collectors it holds what they share: ``base`` (the registration), ``devicefilter`` (device options) and
-``orchestrator`` (runs them on each scrape).
+collectors it holds what they share: ``base`` (the registration), ``devicefilter`` (device options),
+``orchestrator`` (runs them on each scrape) and ``coexistence`` (what node_exporter and dcgm-exporter already
+export, and the presets that leave it to them).
 """
 
 import importlib
@@ -10,7 +11,7 @@ import pkgutil
 
 from exporter.collectors.base import REGISTRY, Collector, Context, Option, Registration, register
 
-_NOT_COLLECTORS = ("base", "devicefilter", "orchestrator")
+_NOT_COLLECTORS = ("base", "coexistence", "devicefilter", "orchestrator")
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _NOT_COLLECTORS:

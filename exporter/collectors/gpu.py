@@ -11,6 +11,7 @@ instance (``gpu`` is the NVML index, or ``<index>/<gpu instance>/<compute instan
 A field the GPU does not support is left out (never NaN); a GPU that fell off the bus reads
 ``bottleneck_gpu_up 0`` while the others go on; a node without NVML logs that once and exposes no GPU
 series. Per-process memory is bounded: the ``max-processes`` largest process names per GPU, no PID label.
+With ``only-unique`` (beside dcgm-exporter) only the families of ``coexistence.GPU_UNIQUE`` are exported.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from exporter.collectors.base import Context, Option, parse_positive_int, register
+from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, register
+from exporter.collectors.coexistence import GPU_UNIQUE
 from exporter.gpu.backend import VIOLATION_POLICIES, Device, DriverInfo, GpuBackend, Identity, NvmlUnavailable
 from exporter.gpu.guard import FieldGuard
 from exporter.gpu.samples import UtilizationHistogram
@@ -130,12 +132,19 @@ class _Families:
                "NVML: for demos and tests on machines without a GPU."),
         Option("max-processes", 5, "Per GPU, export the memory of at most this many process names (the "
                "largest).", parse=parse_positive_int),
+        Option("only-unique", False, "Export only the GPU series dcgm-exporter's default counters lack (the "
+               "sub-second samples, throttle reasons, PCIe link, XIDs per code, per-process memory, ...; "
+               "docs/coexistence.md), for running beside it", parse=parse_bool, switch=True),
     ),
 )
 class GpuCollector:
     def __init__(self, ctx: Context) -> None:
         self.procfs = ctx.procfs
         self.max_processes = int(ctx.options.get("max-processes", 5))
+        # Beside dcgm-exporter: every family outside GPU_UNIQUE would duplicate one of its series. A counter
+        # family's name comes without its _total (prometheus_client adds it to the samples).
+        self.exported = (frozenset(name.removesuffix("_total") for name in GPU_UNIQUE)
+                         if ctx.options.get("only-unique") else None)
         self.backend = self._backend(ctx)
         self.guard = FieldGuard()
         self.histograms: dict[str, UtilizationHistogram] = {}
@@ -162,7 +171,10 @@ class GpuCollector:
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
-            return list(self._collect())
+            families = list(self._collect())
+        if self.exported is None:
+            return families
+        return [family for family in families if family.name in self.exported]
 
     def _collect(self) -> Iterable[Metric]:
         try:

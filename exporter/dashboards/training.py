@@ -59,12 +59,13 @@ def step_panels() -> list[Panel]:
             "Step time by phase, per rank",
             "Mean seconds per optimizer step spent waiting for data, in "
             "forward, backward and the optimizer, stacked per rank. A tall data_wait bar is an input-bound "
-            "job; time not covered by the four phases is your own code between steps.",
+            "job; time not covered by the four phases is your own code between steps. Time in collectives "
+            "overlaps backward and is not stacked here (panel below).",
             "s",
             [
                 Query(
                     f"sum by (rank, phase) (rate(bottleneck_train_phase_seconds_total{{{J}, "
-                    f'phase!="step"}}[{RI}])) / ignoring(phase) group_left {steps_rate()}',
+                    f'phase!~"step|collective"}}[{RI}])) / ignoring(phase) group_left {steps_rate()}',
                     "rank {{rank}} {{phase}}",
                 )
             ],
@@ -112,6 +113,19 @@ def step_panels() -> list[Panel]:
             ],
             width=12,
             min_value=0,
+        ),
+        timeseries(
+            "Time in collectives per rank",
+            "Share of each rank's step with a collective (DDP's gradient all-reduce) in flight, waiting for "
+            "peers included. It overlaps backward, so it is no part of the stacked phases; above the line the "
+            "backward cannot hide it (communication-bound). The rank that waits least is the one the others "
+            "wait for.",
+            "percentunit",
+            [Query(f"{phase_rate('collective')} / {phase_rate('step')}", "rank {{rank}}")],
+            width=24,
+            min_value=0,
+            max_value=1,
+            thresholds=[Threshold(threshold("collective_ratio"), "red")],
         ),
     ]
 

@@ -203,6 +203,10 @@ PARAMETERS: dict[str, Parameter] = _parameters(
     Parameter("xid_application", "13|31|43", "XID codes that mean a job crashed on the GPU (illegal memory "
               "access, engine exception, channel reset): usually the application, sometimes the GPU.",
               "regex"),
+    Parameter("collective_ratio", 0.5, "Share of the step a rank has a collective in flight (DDP's gradient "
+              "all-reduce, from launch to completion) above which it is communication-bound. All-reduce "
+              "overlaps backward, and backward is about two thirds of a step's compute: below this share the "
+              "backward can still hide it."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
@@ -276,6 +280,10 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
            "<<phase_excess>>\n== on (instance, training_job, rank) group_left ()\n"
            "max by (instance, training_job, rank) (<<phase_excess>>)", "training"),
+    Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
+           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           "training"),
     # Per node.
     Record("cpu_busy", f"instance:bottleneck_cpu_busy:ratio_rate{W}",
            f'1 - (\n  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{{mode=~"idle|iowait"}}[{W}]))\n'
@@ -783,6 +791,30 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_network_receive_bytes_total`, `..._transmit_bytes_total`, "
         "`bottleneck_network_speed_bytes`, `bottleneck_infiniband_port_received_bytes_total`.",
         scope=("instance", "device"), unit="percentunit", group="node",
+    ),
+    Heuristic(
+        name="CommunicationBound",
+        verdict="communication-bound (distributed)",
+        expr="<<collective>> > ${collective_ratio}",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} spends most of its step in collectives.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} has a "
+        "collective (gradient all-reduce) in flight {{ $value | humanizePercentage }} of every step (threshold "
+        "${collective_ratio:pct}).",
+        advice="Communicate less or hide it: larger DDP buckets (bucket_cap_mb=100 or more) so fewer, bigger "
+        "all-reduces overlap backward; gradient accumulation (no_sync() on the micro-batches) or a larger "
+        "batch per rank; gradient compression (fp16/bf16 comm hooks); a faster network (InfiniBand/RoCE, more "
+        "NICs). Check that NCCL uses the right interface and transport: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, "
+        "NCCL_IB_DISABLE=0, NCCL_DEBUG=INFO shows what it picked.",
+        meaning="The rank spends more of each step waiting for its gradient all-reduce than the backward pass "
+        "can hide: the model's gradients are large for the network (a big model, a small batch per rank), "
+        "the buckets too small to overlap, or the interconnect slow. A rank that waits much less than its "
+        "peers is the one they wait for (BottleneckStragglerRank).",
+        evidence="`bottleneck_train_phase_seconds_total{phase=\"collective\"}` against `phase=\"step\"` and "
+        "`phase=\"backward\"` per rank (the collective phase overlaps backward and is no part of the step's "
+        "sum of phases); the NICs' `bottleneck_network_transmit_bytes_total` against "
+        "`bottleneck_network_speed_bytes`; the other ranks of the job.",
+        scope=RANK, unit="percentunit", group="training",
     ),
     Heuristic(
         name="TrainingStalled",

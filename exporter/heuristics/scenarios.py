@@ -274,11 +274,14 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
         last_step.append(None if tl.before(m) else last)
     backward = round(step - data_wait - forward - optimizer - between, 9)
     phases = [("data_wait", data_wait), ("forward", forward), ("backward", backward), ("optimizer", optimizer),
-              ("step", step)] + ([("collective", collective)] if collective is not None else [])
+              ("step", step)]
     out = [
         series("bottleneck_train_phase_seconds_total", {**labels, "phase": phase}, progressing(seconds / step))
         for phase, seconds in phases
     ]
+    if collective is not None:  # seconds per step with an all-reduce in flight (overlaps backward)
+        out.append(series("bottleneck_train_phase_seconds_total", {**labels, "phase": "collective"},
+                          progressing(collective / step)))
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
         series("bottleneck_train_step_duration_seconds_sum", labels, progressing(1.0)),
@@ -617,6 +620,14 @@ def _cases() -> list[Scenario]:
         _s("NetworkBound", NEAR_MISS, "backup_fills_eth0_on_a_node_where_no_job_trains", lambda t: node(t, nic=0.95)),
         _s("NetworkBound", NOT_YET, "remote_dataset_read_began_recently",
            lambda t: node(t, nic=0.97, before={"nic": 0.1}) + process(t), e({**NODE1, "device": "eth0"})),
+        _s("CommunicationBound", FIRES, "big_model_tiny_batch_allreduce_in_flight_70pct_of_the_step",
+           lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.7),
+           e(RANK0, 0.7)),
+        _s("CommunicationBound", NEAR_MISS, "allreduce_hidden_behind_backward_45pct_of_the_step",
+           lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.2, optimizer=0.03, collective=0.45)),
+        _s("CommunicationBound", NOT_YET, "communication_bound_job_started_recently",
+           lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.7),
+           e(RANK0, 0.7)),
         # -- stalls -----------------------------------------------------------------------------------
         _s("TrainingStalled", FIRES, "hung_in_allreduce_9m_without_a_step",
            lambda t: rank(t, stall=(3, 10**6)) + process(t), e(RANK0, 9 * 60), eval_at=11),

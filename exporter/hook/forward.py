@@ -15,19 +15,33 @@ whole model stores the plain forward, and ``remove()`` puts the original back.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT
-
-if TYPE_CHECKING:
-    from exporter.hook.session import Session
+from exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT, GpuTimer, StepClock
 
 _MISSING = object()
 
 
+class ForwardSession(Protocol):
+    """What the wrapper reads and calls on the session (``exporter.hook.session.Session``), named here so
+    that this module does not import the session, which imports it."""
+
+    active: bool
+    in_forward: bool
+    device_checked: bool
+    grad_enabled: Callable[[], bool]
+    clock: StepClock
+    gpu: GpuTimer | None
+
+    def check_device(self, model: Any) -> None: ...
+    def add_batch(self, batch: Any) -> None: ...
+    def failed(self, where: str) -> None: ...
+
+
 class TimedForward:
-    def __init__(self, session: Session, module: Any, count_samples: bool) -> None:
+    def __init__(self, session: ForwardSession, module: Any, count_samples: bool) -> None:
         self.session = session
         self.module = module
         self.count_samples = count_samples
@@ -74,7 +88,7 @@ class TimedForward:
                     log.append(BACKWARD)
                     log.append(perf_counter())
                     if len(log) > LOG_LIMIT:
-                        session.clock.fold()
+                        session.clock.fold(wait=False)
                     if session.gpu is not None:
                         session.gpu.mark(BACKWARD)
                 except Exception:

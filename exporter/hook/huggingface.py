@@ -78,11 +78,7 @@ class BottleneckCallback(TrainerCallback):
         self._guard("on_step_end", lambda s: s.mark(DATA_WAIT))
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        def end(session: Session) -> None:
-            session.mark(OTHER)
-            session.flush()
-
-        self._guard("on_epoch_end", end)
+        self._guard("on_epoch_end", lambda s: s.mark(OTHER))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._guard("on_train_end", lambda s: s.flush())

@@ -109,11 +109,7 @@ class _BottleneckCallbackLogic:
         self._guard("on_train_batch_end", end)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        def end(session: Session) -> None:
-            session.mark(OTHER)
-            session.flush()
-
-        self._guard("on_train_epoch_end", end)
+        self._guard("on_train_epoch_end", lambda s: s.mark(OTHER))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._guard("on_train_end", lambda s: s.flush())

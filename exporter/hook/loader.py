@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from exporter.hook.session import Samples, Session
+from exporter.hook.session import FETCH_ENDS_STEPPED, Samples, Session
 from exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
 
 log = logging.getLogger("exporter.hook")
@@ -30,23 +30,37 @@ def hook_disabled() -> bool:
     return os.environ.get("BOTTLENECK_HOOK_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def instrument(loader: Any, model: Any = None, optimizer: Any = None, *, job: str | None = None,
-               samples: Samples = None, address: str | None = None, interval: float | None = None,
-               session: Session | None = None) -> Any:
+def _several(given: Any) -> list[Any]:
+    if given is None:
+        return []
+    return list(given) if isinstance(given, (list, tuple)) else [given]
+
+
+def instrument(loader: Any, model: Any = None, optimizer: Any = None, *, scaler: Any = None,
+               job: str | None = None, samples: Samples = None, address: str | None = None,
+               interval: float | None = None, session: Session | None = None) -> Any:
     """Return ``loader`` wrapped so every step of the loop over it is measured and pushed to the exporter.
 
-    Without ``optimizer`` each batch is one step. Never raises: if the hook cannot be set up (or
-    ``BOTTLENECK_HOOK_DISABLE=1``), the loader is returned as it was.
+    ``model`` and ``optimizer`` may each be a list (a GAN's generator and discriminator): with several
+    optimizers a step is every optimizer step between two fetches. ``scaler``: AMP's ``GradScaler``, so that
+    the steps it skips are counted. Without ``optimizer`` each batch is one step. Called again for the same
+    model or optimizer (a loader re-created every epoch), it goes on with the same session. Never raises: if
+    the hook cannot be set up (or ``BOTTLENECK_HOOK_DISABLE=1``), the loader is returned as it was.
     """
     if hook_disabled():
         return loader
     try:
-        session = session or Session(job=job, samples=samples, address=address, interval=interval)
-        has_optimizer = optimizer is not None and session.attach_optimizer(optimizer)
-        if model is not None:
-            session.attach_model(model)
+        models, optimizers = _several(model), _several(optimizer)
+        session = session or Session.of(*optimizers, *models) or Session(
+            job=job, samples=samples, address=address, interval=interval)
+        for each in optimizers:
+            session.attach_optimizer(each)
+        for each in models:
+            session.attach_model(each)
+        if scaler is not None:
+            session.attach_scaler(scaler)
         session.set_loader(loader)
-        return InstrumentedLoader(loader, session, step_per_batch=not has_optimizer)
+        return InstrumentedLoader(loader, session)
     except Exception:
         log.warning("bottleneck hook: could not instrument the training loop; running without it",
                     exc_info=True)
@@ -82,10 +96,9 @@ def known_batch_sizes(loader: Any, samples: Samples) -> tuple[int, int, int] | N
 
 
 class InstrumentedLoader:
-    def __init__(self, loader: Any, session: Session, step_per_batch: bool) -> None:
+    def __init__(self, loader: Any, session: Session) -> None:
         self.loader = loader
         self.bottleneck_session = session
-        self._step_per_batch = step_per_batch
 
     def __iter__(self) -> Iterator[Any]:
         iterator = iter(self.loader)
@@ -103,7 +116,7 @@ class InstrumentedLoader:
                 sizes = known_batch_sizes(self.loader, session.samples)
             except Exception:
                 session.failed("reading DataLoader batch sizes")
-        return _InstrumentedIterator(iterator, session, self._step_per_batch, sizes)
+        return _InstrumentedIterator(iterator, session, sizes)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -122,15 +135,14 @@ class _InstrumentedIterator:
     """
 
     __slots__ = ("_batch_size", "_batches_left", "_clock", "_count_shapes", "_iterator", "_last_batch_size",
-                 "_log", "_session", "_step_per_batch")
+                 "_log", "_session")
 
-    def __init__(self, iterator: Iterator[Any], session: Session, step_per_batch: bool,
+    def __init__(self, iterator: Iterator[Any], session: Session,
                  sizes: tuple[int, int, int] | None = None) -> None:
         self._iterator = iterator
         self._session = session
         self._clock = session.clock
         self._log = session.clock.log
-        self._step_per_batch = step_per_batch
         self._count_shapes = session.samples is None
         # With the sizes known, batches are counted down instead of looked at (see known_batch_sizes).
         self._batch_size: int | None = None
@@ -145,8 +157,8 @@ class _InstrumentedIterator:
         session = self._session
         if session.active:
             try:
-                if self._step_per_batch:
-                    session.end_step()
+                if session.end_at_fetch:  # FETCH_ENDS_NOTHING is 0: a fetch with one optimizer ends nothing
+                    session.end_step_at_fetch()
                 log = self._log
                 log.append(DATA_WAIT)
                 log.append(perf_counter())
@@ -157,8 +169,9 @@ class _InstrumentedIterator:
         except StopIteration:
             if session.active:
                 try:
+                    if session.end_at_fetch == FETCH_ENDS_STEPPED:
+                        session.end_step_at_fetch()  # the pass's last step: no fetch will end it
                     session.mark(OTHER)
-                    session.flush()
                 except Exception:
                     session.failed("end of data")
             raise
@@ -185,7 +198,7 @@ class _InstrumentedIterator:
                 else:
                     session.add_batch(batch)
                 if len(log) > LOG_LIMIT:
-                    self._clock.fold()
+                    self._clock.fold(wait=False)
             except Exception:
                 session.failed("after fetching a batch")
         return batch

@@ -2,8 +2,8 @@
 
 The plain-PyTorch wrapper (``exporter.hook.loader``), the Lightning and the Hugging Face callbacks all drive a
 ``Session``: ``mark(phase)`` at each phase boundary, ``end_step()`` after each optimizer step. Every
-``interval`` seconds (checked at step ends, no thread) it sends one datagram of cumulative totals, which the
-exporter turns into::
+``interval`` seconds its sender thread (``exporter.hook.sender``) sends one datagram of cumulative totals
+when steps were made since the last, which the exporter turns into::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_steps_total{training_job="resnet",rank="0"} 120.0
@@ -20,16 +20,23 @@ import atexit
 import contextlib
 import logging
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
+from exporter.hook import collective
+from exporter.hook.forward import TimedForward
 from exporter.hook.identity import identify
+from exporter.hook.sender import Sender
 from exporter.hook.timing import (
     GPU_PHASE_NAMES,
     OPTIMIZER,
+    OTHER,
     PHASE_NAMES,
+    SKIPPED_STEP_END,
     STEP_END,
     CudaEventLike,
     GpuTimer,
@@ -45,6 +52,24 @@ MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
 
 Samples = int | float | Callable[[Any], Any] | None
+
+# How a fetch of the next batch relates to steps (Session.end_at_fetch): with one optimizer its step hook
+# ends the step, so a fetch ends nothing; without an optimizer every batch is a step; with several (a GAN's
+# generator and discriminator) a step is every optimizer step between two fetches, ended at the next fetch.
+FETCH_ENDS_NOTHING, FETCH_ENDS_STEP, FETCH_ENDS_STEPPED = range(3)
+
+_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+# The session already measuring a model or optimizer: instrument() called again with a re-created loader
+# (each epoch, say) must go on with it, not start a second one that hooks the same optimizer twice.
+_by_object: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+
+
+def _after_fork_in_child() -> None:
+    for session in list(_sessions):
+        session.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _interval(given: float | None) -> float:
@@ -117,6 +142,7 @@ class Session:
                  gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> None:
         self.active = True
         self.errors = 0
+        self._owner = threading.get_ident()  # the thread that trains
         self.identity = identify(job)
         self.transport = Transport(address)
         self.clock = StepClock()
@@ -124,6 +150,7 @@ class Session:
         self.samples = samples
         self.device = "cpu"
         self.gpu: GpuTimer | None = None
+        self.collectives: collective.CollectiveClock | None = None
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -137,9 +164,32 @@ class Session:
         self.device_checked = False
         self.in_forward = False
         self.grad_enabled: Callable[[], bool] = _always
+        # Steps and optimizers: see FETCH_ENDS_*. optimizer_steps counts optimizer steps that ran (a
+        # GradScaler wrapper compares it to tell a skipped step); stepped says one ran since the last step end.
+        self.end_at_fetch = FETCH_ENDS_STEP
+        self.optimizer_steps = 0
+        self.stepped = False
+        self.skips_counted = False
+        self._optimizers: dict[int, list[Any]] = {}  # id -> [optimizer, pre-hook handle, post-hook handle]
+        self._models: set[int] = set()
         self._handles: list[Any] = []
-        self._next_flush = perf_counter() + self.interval
+        self._sending = threading.Lock()  # one datagram at a time, so that seq only grows
+        self._last_sent: Any = None  # what the last datagram said about progress (see _send_news)
+        self.sender = Sender(self._send_news, self.interval)
+        _sessions.add(self)
         atexit.register(self.close)
+        if self.transport.enabled:
+            self.sender.start()
+
+    @classmethod
+    def of(cls, *objects: Any) -> Session | None:
+        """The active session already measuring one of ``objects`` (models, optimizers), if any."""
+        for obj in objects:
+            with contextlib.suppress(TypeError):
+                session = _by_object.get(obj)
+                if session is not None and session.active:
+                    return session
+        return None
 
     # -- guard -----------------------------------------------------------------------------------------
     def failed(self, where: str) -> None:
@@ -149,7 +199,10 @@ class Session:
             self.active = False
             log.warning("bottleneck hook: %d internal errors (last in %s), switching the hook off; training "
                         "continues unaffected", self.errors, where, exc_info=True)
-            self._remove_hooks()
+            # Off the training thread (the sender's), the hooks stay, inert, until close(): removing them
+            # there could change torch's hook dicts while the training thread iterates them.
+            if threading.get_ident() == self._owner:
+                self._remove_hooks()
 
     # -- marks (called by the adapters) ------------------------------------------------------------------
     # ``mark(phase)`` (an attribute set in __init__ / enable_gpu) closes the running phase and opens another.
@@ -165,7 +218,7 @@ class Session:
         return now
 
     def end_step(self, optimizer: Any = None, args: Any = None, kwargs: Any = None) -> None:
-        """Close the running step (before the first mark: just start the clock); flush when it is time.
+        """Close the running step (before the first mark: just start the clock).
 
         Also registered as the optimizer's step post-hook as it is (torch passes the optimizer and the step's
         arguments, unused here), so that a step end costs one call: inside a training step every call counts.
@@ -179,12 +232,30 @@ class Session:
             log.append(STEP_END)
             log.append(now)
             clock.samples_at_step_end = clock.fetched_samples
+            self.optimizer_steps += 1
             if self.gpu is not None:
                 self.gpu.end_step()
-            if now >= self._next_flush:
-                self.flush(now)
         except Exception:
             self.failed("end of step")
+
+    def end_skipped_step(self) -> None:
+        """A step whose optimizer step AMP's GradScaler skipped: a step of the loop, counted apart."""
+        if not self.active:
+            return
+        if self.end_at_fetch == FETCH_ENDS_STEPPED:
+            self.mark(OTHER)
+            self.stepped = True
+            return
+        self.clock.switch(SKIPPED_STEP_END)
+        self.clock.samples_at_step_end = self.clock.fetched_samples
+        if self.gpu is not None:
+            self.gpu.end_step()
+
+    def end_step_at_fetch(self) -> None:
+        """Called by the loader before each fetch when a fetch may end a step (see FETCH_ENDS_*)."""
+        if self.end_at_fetch == FETCH_ENDS_STEP or self.stepped:
+            self.stepped = False
+            self.end_step()
 
     def add_batch(self, batch: Any) -> None:
         """Count the samples of one (micro-)batch."""
@@ -202,21 +273,39 @@ class Session:
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
         """Time the model's outermost forward (see exporter.hook.forward for why not a module hook)."""
+        if id(model) in self._models:
+            return
         import torch
-
-        from exporter.hook.forward import TimedForward
 
         self.grad_enabled = torch.is_grad_enabled
         self._handles.append(TimedForward(self, model, count_samples_in_forward))
+        self._models.add(id(model))
+        with contextlib.suppress(TypeError):
+            _by_object[model] = self
 
     def attach_optimizer(self, optimizer: Any) -> bool:
-        pre = getattr(optimizer, "register_step_pre_hook", None)
-        post = getattr(optimizer, "register_step_post_hook", None)
-        if pre is None or post is None:
+        """Hook ``optimizer.step``; with several optimizers, a step ends at the next fetch (FETCH_ENDS_*)."""
+        if id(optimizer) in self._optimizers:
+            return True
+        if not hasattr(optimizer, "register_step_pre_hook") or not hasattr(optimizer, "register_step_post_hook"):
             return False
-        self._handles.append(pre(self._optimizer_pre))
-        self._handles.append(post(self.end_step))
+        self._optimizers[id(optimizer)] = [optimizer, optimizer.register_step_pre_hook(self._optimizer_pre), None]
+        several = len(self._optimizers) > 1
+        for entry in self._optimizers.values():  # the post-hooks of all of them change with the second
+            if entry[2] is not None:
+                entry[2].remove()
+            entry[2] = entry[0].register_step_post_hook(self._optimizer_post if several else self.end_step)
+        self.end_at_fetch = FETCH_ENDS_STEPPED if several else FETCH_ENDS_NOTHING
+        with contextlib.suppress(TypeError):
+            _by_object[optimizer] = self
         return True
+
+    def attach_scaler(self, scaler: Any) -> None:
+        """Count the steps AMP's ``GradScaler`` skips (wraps ``scaler.step`` on this instance)."""
+        if isinstance(scaler.__dict__.get("step"), TimedScalerStep):
+            return
+        self._handles.append(TimedScalerStep(self, scaler))
+        self.skips_counted = True
 
     def set_loader(self, loader: Any, worker_pids: list[int] | None = None) -> None:
         settings = loader_settings(loader)
@@ -226,14 +315,20 @@ class Session:
             self.worker_pids = worker_pids[:MAX_WORKER_PIDS]
 
     def _remove_hooks(self) -> None:
-        for handle in self._handles:
+        for handle in [*self._handles, *(h for entry in self._optimizers.values() for h in entry[1:])]:
             with contextlib.suppress(Exception):
                 handle.remove()
         self._handles.clear()
+        self._optimizers.clear()
 
     def check_device(self, model: Any) -> None:
-        """Turn on CUDA-event timing once the model's parameters are found on a CUDA device."""
+        """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
+        a CUDA device, and time the collectives of a DDP model (exporter.hook.collective)."""
         self.device_checked = True
+        if self.collectives is None:
+            clock = collective.CollectiveClock()
+            if collective.attach(clock, model):
+                self.collectives = clock
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
@@ -245,7 +340,7 @@ class Session:
         if self.gpu is None:
             self.enable_gpu(GpuTimer(lambda: torch.cuda.Event(enable_timing=True)))
 
-    # -- optimizer pre-hook (signature fixed by torch; the post-hook is end_step) --------------------------
+    # -- optimizer hooks (signature fixed by torch; with one optimizer the post-hook is end_step) -----------
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
@@ -259,23 +354,38 @@ class Session:
         except Exception:
             self.failed("optimizer pre-hook")
 
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Post-hook with several optimizers: the step goes on until the next fetch."""
+        if not self.active:
+            return
+        try:
+            self.mark(OTHER)
+            self.optimizer_steps += 1
+            self.stepped = True
+        except Exception:
+            self.failed("optimizer post-hook")
+
     # -- the datagram ---------------------------------------------------------------------------------
-    def payload(self, now: float | None = None) -> dict[str, Any]:
-        clock = self.clock
-        now = perf_counter() if now is None else now
-        last = clock.last_step_end
+    def payload(self) -> dict[str, Any]:
+        totals = self.clock.totals()
+        now = perf_counter()
+        last = totals.last_step_end
         wall = time.time() - (now - last if last is not None else 0.0)
-        phases = {name: clock.phase_totals[index] for index, name in enumerate(PHASE_NAMES)}
-        phases["step"] = clock.step_seconds
+        phases = {name: totals.phase_seconds[index] for index, name in enumerate(PHASE_NAMES)}
+        phases["step"] = totals.step_seconds
+        if self.collectives is not None:
+            phases["collective"] = self.collectives.seconds()
         ident = self.identity
         body: dict[str, Any] = {
             "v": VERSION, "job": ident.job, "rank": ident.rank, "local_rank": ident.local_rank,
             "world_size": ident.world_size, "device": self.device, "pid": os.getpid(), "seq": self.seq,
-            "time": wall, "dropped": self.transport.dropped, "steps": clock.steps, "samples": clock.samples,
-            "phase_seconds": phases, "step_buckets": list(clock.buckets),
+            "time": wall, "dropped": self.transport.dropped, "steps": totals.steps, "samples": totals.samples,
+            "phase_seconds": phases, "step_buckets": list(totals.buckets),
         }
         if ident.kubernetes:
             body["kubernetes"] = ident.kubernetes
+        if self.skips_counted:
+            body["skipped_steps"] = totals.skipped_steps
         if self.loader is not None:
             loader = dict(self.loader)
             pids = self.worker_pids
@@ -290,6 +400,7 @@ class Session:
                 "phase_seconds": {name: gpu.phase_totals[PHASE_NAMES.index(name)] for name in GPU_PHASE_NAMES},
                 "busy_seconds": gpu.busy_seconds,
                 "idle_seconds": gpu.idle_seconds,
+                "dropped_timings": gpu.abandoned_steps,
                 **self._cuda_memory(),
             }
         return body
@@ -307,26 +418,86 @@ class Session:
             "memory_peak_bytes": float(torch.cuda.max_memory_allocated(index)),
         }
 
-    def flush(self, now: float | None = None) -> None:
-        """Send the totals now (also called at the end of each pass over the data and at exit)."""
-        if not self.active:
-            return
+    def flush(self) -> None:
+        """Send the totals now, on the calling thread (the end of training, tests)."""
+        if self.active:
+            self._send()
+
+    def _send_news(self) -> None:
+        """The sender thread's datagram: only when there is progress to report, so a hung rank falls silent.
+        (Folding in chunks with the GIL let go between them was tried: each hand-over cost the training
+        thread more than the chunk, benchmarks/hook_overhead.py.)"""
+        self._send(only_news=True)
+
+    def _send(self, only_news: bool = False) -> None:
         try:
-            now = perf_counter() if now is None else now
-            self._next_flush = now + self.interval
-            data = encode(self.payload(now))
-            self.seq += 1
-            self.transport.send(data)
+            with self._sending:
+                body = self.payload()
+                progress = (body["steps"], body["phase_seconds"], body.get("gpu"))
+                if only_news and progress == self._last_sent:
+                    return
+                data = encode(body)
+                self.seq += 1
+                self.transport.send(data)
+                self._last_sent = progress
         except Exception:
-            self.failed("flush")
+            self.failed("sending a datagram")
 
     def close(self) -> None:
         """Final datagram and cleanup; safe to call twice, registered with atexit."""
-        if self.active and self.clock.steps:
-            self.flush()
+        was_active = self.active
         self.active = False
+        self.sender.stop()
+        if was_active and self.clock.steps:
+            if self.gpu is not None:
+                # Read what has completed; what has not by now is given up, and counted as dropped.
+                self.gpu.harvest(self.gpu.pending_steps())
+                self.gpu.abandon_pending()
+            self._send()
         self._remove_hooks()
         self.transport.close()
         atexit.unregister(self.close)
 
+    def forked(self) -> None:
+        """In a forked child (a DataLoader worker): the session is the parent's; here it measures nothing,
+        and no lock a vanished thread might hold is ever taken."""
+        self.active = False
+        self.sender.forked()
+        self.clock.forked()
+        self._sending = threading.Lock()
+        if self.collectives is not None:
+            self.collectives.forked()
 
+
+class TimedScalerStep:
+    """Wraps one ``GradScaler``'s ``step`` (instance attribute): a step it skips ends a step all the same.
+
+    The scaler calls ``optimizer.step()`` only when the gradients are finite; otherwise the step's time would
+    join the next step and the step go uncounted. Its own time (unscaling, the inf check) is optimizer time.
+    """
+
+    def __init__(self, session: Session, scaler: Any) -> None:
+        self.session = session
+        self.scaler = scaler
+        self.original = scaler.step
+        scaler.__dict__["step"] = self
+
+    def __call__(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        session = self.session
+        before = session.optimizer_steps
+        if session.active:
+            try:
+                session.mark(OPTIMIZER)
+            except Exception:
+                session.failed("GradScaler step")
+        result = self.original(optimizer, *args, **kwargs)
+        if session.active and session.optimizer_steps == before:
+            try:
+                session.end_skipped_step()
+            except Exception:
+                session.failed("GradScaler step")
+        return result
+
+    def remove(self) -> None:
+        if self.scaler.__dict__.get("step") is self:
+            del self.scaler.__dict__["step"]

@@ -16,7 +16,9 @@ in tests).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
+import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from time import perf_counter
@@ -26,14 +28,29 @@ from exporter.push.schema import STEP_BUCKETS
 
 # Phase indices (positions in StepClock.phase_totals). OTHER is time in no measured phase (your own code
 # between steps): it is part of the step total but not of any phase. STEP_END is a mark, not a phase: it
-# closes the running step and opens OTHER.
-DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, OTHER, STEP_END = range(6)
+# closes the running step and opens OTHER; SKIPPED_STEP_END does the same for a step whose optimizer step
+# AMP's GradScaler skipped (inf/NaN gradients): a step of the loop all the same, also counted apart.
+DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, OTHER, STEP_END, SKIPPED_STEP_END = range(7)
 PHASE_NAMES = ("data_wait", "forward", "backward", "optimizer")
 GPU_PHASE_NAMES = ("forward", "backward", "optimizer")
 _GPU_MARKED = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
-# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when no flush comes.
+# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when no sender
+# thread folds it every interval (the hook's address is `off`).
 LOG_LIMIT = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Totals:
+    """One consistent reading of a StepClock (steps, buckets and times from the same fold)."""
+
+    phase_seconds: tuple[float, ...]  # by phase index: DATA_WAIT .. OTHER
+    step_seconds: float
+    steps: int
+    skipped_steps: int
+    buckets: tuple[int, ...]  # completed steps per STEP_BUCKETS upper bound, then +Inf
+    last_step_end: float | None  # perf_counter() time of the last step end; None before the first
+    samples: float
 
 
 class StepClock:
@@ -41,32 +58,38 @@ class StepClock:
 
     Marks are recorded, not computed: a mark appends its phase and ``perf_counter()`` to ``log`` (flat:
     phase, time, phase, time, ...), and ``fold()`` later turns the log into the totals, all the steps since
-    the last fold at once: at each flush, when the log passes ``LOG_LIMIT`` entries, and before any total is
-    read. Why: a
-    mark runs in the middle of the training step, where every Python operation is paid with cold caches;
-    two appends per mark measured about 10 us per step less there than the same arithmetic done in place
-    (benchmarks/hook_overhead.py). The per-step hot paths (``exporter.hook.loader``,
-    ``exporter.hook.forward``, the optimizer hooks in ``exporter.hook.session``) append inline;
-    ``switch(phase)`` is the same mark as a call, for the framework callbacks.
+    the last fold at once: on the sender thread before each datagram, when the log passes ``LOG_LIMIT``
+    entries, and before any total is read. Why: a mark runs in the middle of the training step, where every
+    Python operation is paid with cold caches; two appends per mark measured about 10 us per step less there
+    than the same arithmetic done in place (benchmarks/hook_overhead.py). The per-step hot paths
+    (``exporter.hook.loader``, ``exporter.hook.forward``, the optimizer hooks in ``exporter.hook.session``)
+    append inline; ``switch(phase)`` is the same mark as a call, for the framework callbacks.
+
+    Folds may run on two threads (the sender's, and the training thread's when the log is full): a lock
+    makes them take turns, and the training thread never waits for it (``fold(wait=False)`` skips when the
+    sender is folding anyway).
 
     Samples: ``fetched_samples`` counts every batch as it is fetched; a step end copies it to
     ``samples_at_step_end``, so the reported samples are those of completed steps.
     """
 
-    __slots__ = ("_buckets", "_current", "_phase_totals", "_since", "_step_seconds", "_step_start", "_steps",
-                 "fetched_samples", "log", "samples_at_step_end")
+    __slots__ = ("_buckets", "_completed", "_current", "_folding", "_phase_totals", "_since", "_skipped",
+                 "_step_seconds", "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
         self.fetched_samples: float = 0
         self.samples_at_step_end: float = 0
-        self._phase_totals = [0.0] * 5
+        self._phase_totals = [0.0] * 5  # up to the last mark folded
+        self._completed: tuple[float, ...] = (0.0,) * 5  # the same at the last step end: what is reported
         self._step_seconds = 0.0
         self._steps = 0
+        self._skipped = 0
         self._buckets = [0] * (len(STEP_BUCKETS) + 1)
         self._current = OTHER  # the running phase, as of the last fold
         self._since: float | None = None  # when it began; None until the first mark
         self._step_start = 0.0
+        self._folding = threading.Lock()
 
     def switch(self, phase: int) -> float:
         """Close the running phase and open ``phase`` (or end the step: ``STEP_END``); returns the mark's time."""
@@ -75,72 +98,93 @@ class StepClock:
         log.append(phase)
         log.append(now)
         if len(log) > LOG_LIMIT:
-            self.fold()
+            self.fold(wait=False)
         return now
 
-    def fold(self) -> None:
-        """Turn the marks logged so far into the totals."""
+    def fold(self, wait: bool = True) -> None:
+        """Turn the marks logged so far into the totals; with ``wait=False`` only if no other fold runs."""
+        if not self._folding.acquire(blocking=wait):
+            return
+        try:
+            self._fold()
+        finally:
+            self._folding.release()
+
+    def _fold(self) -> None:
         log = self.log
         count = len(log) & ~1  # whole (phase, time) pairs only
         if not count:
             return
-        # Only what is read here: a mark appended meanwhile (by another thread) stays for the next fold.
+        # Only what is read here: a mark appended meanwhile (by the training thread) stays for the next fold.
         marks = iter(log[:count])
         del log[:count]
-        totals, buckets = self._phase_totals, self._buckets
+        totals, buckets, completed = self._phase_totals, self._buckets, self._completed
         current, since, step_start = self._current, self._since, self._step_start
-        steps, step_seconds = self._steps, self._step_seconds
+        steps, skipped, step_seconds = self._steps, self._skipped, self._step_seconds
         if since is None:  # the first mark ever starts the first step
             current, since = next(marks), next(marks)
             step_start = since
-            if current == STEP_END:
+            if current >= STEP_END:
                 current = OTHER
         for phase, now in zip(marks, marks, strict=False):  # one iterator twice: (phase, time) pairs
             totals[current] += now - since
             since = now
-            if phase == STEP_END:
+            if phase >= STEP_END:
+                # Only whole steps are reported, so that the phases of a datagram (which the sender thread may
+                # cut in the middle of a step) partition its step time exactly.
+                completed = tuple(totals)
                 duration = now - step_start
                 step_start = now
                 steps += 1
+                if phase == SKIPPED_STEP_END:
+                    skipped += 1
                 step_seconds += duration
                 buckets[bisect_left(STEP_BUCKETS, duration)] += 1
                 current = OTHER
             else:
                 current = phase
         self._current, self._since, self._step_start = current, since, step_start
-        self._steps, self._step_seconds = steps, step_seconds
+        self._steps, self._skipped, self._step_seconds = steps, skipped, step_seconds
+        self._completed = completed
 
-    # Totals (each folds first). The step's own time is in step_seconds; OTHER is the rest of it.
+    def totals(self) -> Totals:
+        """Fold, then read every total at once (what a datagram carries)."""
+        with self._folding:
+            self._fold()
+            return Totals(self._completed, self._step_seconds, self._steps, self._skipped,
+                          tuple(self._buckets), self._step_start if self._steps else None,
+                          float(self.samples_at_step_end))
+
+    # Single totals, of completed steps, for tests and the framework adapters (each folds first).
     @property
-    def phase_totals(self) -> list[float]:
-        self.fold()
-        return self._phase_totals
+    def phase_totals(self) -> tuple[float, ...]:
+        return self.totals().phase_seconds
 
     @property
     def steps(self) -> int:
-        self.fold()
-        return self._steps
+        return self.totals().steps
 
     @property
     def step_seconds(self) -> float:
-        self.fold()
-        return self._step_seconds
+        return self.totals().step_seconds
 
     @property
     def buckets(self) -> list[int]:
         """Completed steps per step-time bucket (``STEP_BUCKETS`` upper bounds, then +Inf)."""
-        self.fold()
-        return self._buckets
+        return list(self.totals().buckets)
 
     @property
     def last_step_end(self) -> float | None:
         """``perf_counter()`` time of the last step end; None before the first."""
-        self.fold()
-        return self._step_start if self._steps else None
+        return self.totals().last_step_end
 
     @property
     def samples(self) -> float:
         return float(self.samples_at_step_end)
+
+    def forked(self) -> None:
+        """In a forked child: the lock may have been held by a thread that does not exist here."""
+        self._folding = threading.Lock()
 
 
 class CudaEventLike(Protocol):
@@ -153,7 +197,10 @@ class GpuTimer:
     """GPU time per phase from events recorded at the host marks, harvested only once complete.
 
     ``max_pending`` bounds memory when the GPU is far behind (or an event never completes): the oldest
-    unread step is then given up, counted in ``abandoned_steps``, never waited for.
+    unread step is then given up, counted in ``abandoned_steps``, never waited for; so are the steps still
+    unread when the session closes. The datagram carries the count (``gpu.dropped_timings``)::
+
+        bottleneck_train_gpu_timings_dropped_total{job="resnet",rank="0"} 3.0
     """
 
     def __init__(self, event_factory: Callable[[], CudaEventLike], max_pending: int = 64,
@@ -225,3 +272,9 @@ class GpuTimer:
 
     def pending_steps(self) -> int:
         return len(self._pending)
+
+    def abandon_pending(self) -> None:
+        """Give up every unread step (the process is ending): counted in ``abandoned_steps``, not waited for."""
+        self.abandoned_steps += len(self._pending)
+        self._pending.clear()
+        self._forget_previous()

@@ -4,6 +4,7 @@ Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); expo
 ``schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
     bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
 
@@ -22,7 +23,18 @@ from prometheus_client.metrics_core import (
 )
 
 from exporter.push.kubernetes import kubernetes_info
-from exporter.push.schema import GPU_MEMORY, GPU_PHASES, HOST_PHASES, JOB_LABEL, REASONS, STEP_BUCKETS
+from exporter.push.schema import (
+    COLLECTIVE,
+    GPU_MEMORY,
+    GPU_PHASES,
+    HOST_PHASES,
+    JOB_LABEL,
+    REASONS,
+    STEP_BUCKETS,
+    GpuTotals,
+    LoaderSettings,
+    Snapshot,
+)
 from exporter.push.store import RankState
 
 _JR = [JOB_LABEL, "rank"]
@@ -41,77 +53,112 @@ def _gauge(name: str, help_text: str, labels: list[str] | None = None) -> GaugeM
     return GaugeMetricFamily(name, help_text, labels=labels or _JR)
 
 
-def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],
-             jobs: int) -> Iterable[Metric]:
-    phase = _counter("bottleneck_train_phase_seconds_total",
-                     "Host time per training-step phase, as measured by the in-process hook.",
-                     [*_JR, "phase"])
-    steps = _counter("bottleneck_train_steps_total", "Optimizer steps completed.")
-    samples = _counter("bottleneck_train_samples_total", "Samples processed.")
-    duration = HistogramMetricFamily("bottleneck_train_step_duration_seconds",
-                                     "Whole optimizer-step time on the host clock.", labels=_JR)
-    gpu_phase = _counter("bottleneck_train_gpu_phase_seconds_total",
-                         "GPU time per phase from CUDA events.", [*_JR, "phase"])
-    gpu_busy = _counter("bottleneck_train_gpu_busy_seconds_total",
-                        "GPU time from the first to the last event of each step (CUDA events).")
-    gpu_idle = _counter("bottleneck_train_gpu_idle_seconds_total",
-                        "GPU time between the last event of a step and the first of the next (CUDA events).")
-    memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
-              for key, (short, text) in _MEMORY_NAMES.items()}
-    loader = {
-        "num_workers": _gauge("bottleneck_train_dataloader_num_workers", "DataLoader num_workers."),
-        "batch_size": _gauge("bottleneck_train_dataloader_batch_size", "DataLoader batch_size."),
-        "prefetch_factor": _gauge("bottleneck_train_dataloader_prefetch_factor",
-                                  "DataLoader prefetch_factor (absent with num_workers=0)."),
-        "pin_memory": _gauge("bottleneck_train_dataloader_pin_memory", "DataLoader pin_memory (1 or 0)."),
-        "persistent_workers": _gauge("bottleneck_train_dataloader_persistent_workers",
-                                     "DataLoader persistent_workers (1 or 0)."),
-    }
-    info = _gauge("bottleneck_train_info", "Identity of a training rank pushing to this exporter; value 1.",
-                  [*_JR, "local_rank", "world_size", "device"])
-    last_step = _gauge("bottleneck_train_last_step_timestamp_seconds",
-                       "Unix time at which the rank's last reported step ended.")
-    dropped = _counter("bottleneck_train_hook_dropped_datagrams_total",
-                       "Datagrams the hook could not send (exporter absent, slow or restarting).")
+class _RankFamilies:
+    """The per-rank families of one scrape, filled rank by rank (``add``), one method per datagram part."""
 
-    for state in sorted(ranks, key=lambda s: (s.snapshot.job, s.snapshot.rank)):
-        snap = state.snapshot
+    def __init__(self) -> None:
+        self.phase = _counter("bottleneck_train_phase_seconds_total",
+                              "Host time per training-step phase, as measured by the in-process hook "
+                              "(phase collective overlaps backward and is no part of step).", [*_JR, "phase"])
+        self.steps = _counter("bottleneck_train_steps_total",
+                              "Training steps completed (optimizer steps, including those AMP skipped).")
+        self.skipped = _counter("bottleneck_train_skipped_steps_total",
+                                "Steps whose optimizer step AMP's GradScaler skipped (inf/NaN gradients).")
+        self.samples = _counter("bottleneck_train_samples_total", "Samples processed.")
+        self.duration = HistogramMetricFamily("bottleneck_train_step_duration_seconds",
+                                              "Whole optimizer-step time on the host clock.", labels=_JR)
+        self.gpu_phase = _counter("bottleneck_train_gpu_phase_seconds_total",
+                                  "GPU time per phase from CUDA events.", [*_JR, "phase"])
+        self.gpu_busy = _counter("bottleneck_train_gpu_busy_seconds_total",
+                                 "GPU time from the first to the last event of each step (CUDA events).")
+        self.gpu_idle = _counter("bottleneck_train_gpu_idle_seconds_total",
+                                 "GPU time between the last event of a step and the first of the next "
+                                 "(CUDA events).")
+        self.gpu_dropped = _counter("bottleneck_train_gpu_timings_dropped_total",
+                                    "Steps whose GPU timings the hook gave up before their CUDA events completed.")
+        self.memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
+                       for key, (short, text) in _MEMORY_NAMES.items()}
+        self.loader = {
+            "num_workers": _gauge("bottleneck_train_dataloader_num_workers", "DataLoader num_workers."),
+            "batch_size": _gauge("bottleneck_train_dataloader_batch_size", "DataLoader batch_size."),
+            "prefetch_factor": _gauge("bottleneck_train_dataloader_prefetch_factor",
+                                      "DataLoader prefetch_factor (absent with num_workers=0)."),
+            "pin_memory": _gauge("bottleneck_train_dataloader_pin_memory", "DataLoader pin_memory (1 or 0)."),
+            "persistent_workers": _gauge("bottleneck_train_dataloader_persistent_workers",
+                                         "DataLoader persistent_workers (1 or 0)."),
+        }
+        self.info = _gauge("bottleneck_train_info",
+                           "Identity of a training rank pushing to this exporter; value 1.",
+                           [*_JR, "local_rank", "world_size", "device"])
+        self.last_step = _gauge("bottleneck_train_last_step_timestamp_seconds",
+                                "Unix time at which the rank's last reported step ended.")
+        self.dropped = _counter("bottleneck_train_hook_dropped_datagrams_total",
+                                "Datagrams the hook could not send (exporter absent, slow or restarting).")
+
+    def add(self, snap: Snapshot) -> None:
         jr = [snap.job, str(snap.rank)]
+        self._steps(snap, jr)
+        self.info.add_metric([*jr, str(snap.local_rank), str(snap.world_size), snap.device], 1.0)
+        self.dropped.add_metric(jr, snap.dropped)
+        if snap.loader is not None:
+            self._loader(snap.loader, jr)
+        if snap.gpu is not None:
+            self._gpu(snap.gpu, jr)
+
+    def _steps(self, snap: Snapshot, jr: list[str]) -> None:
         for name in HOST_PHASES:
-            phase.add_metric([*jr, name], snap.phase_seconds[name])
-        steps.add_metric(jr, snap.steps)
-        samples.add_metric(jr, snap.samples)
+            self.phase.add_metric([*jr, name], snap.phase_seconds[name])
+        if snap.collective_seconds is not None:
+            self.phase.add_metric([*jr, COLLECTIVE], snap.collective_seconds)
+        self.steps.add_metric(jr, snap.steps)
+        if snap.skipped_steps is not None:
+            self.skipped.add_metric(jr, snap.skipped_steps)
+        self.samples.add_metric(jr, snap.samples)
         cumulative, buckets = 0, []
         for bound, count in zip((*STEP_BUCKETS, float("inf")), snap.step_buckets, strict=True):
             cumulative += count
             buckets.append((_le(bound), float(cumulative)))
-        duration.add_metric(jr, buckets, sum_value=snap.phase_seconds["step"])
-        info.add_metric([*jr, str(snap.local_rank), str(snap.world_size), snap.device], 1.0)
+        self.duration.add_metric(jr, buckets, sum_value=snap.phase_seconds["step"])
         if snap.steps:
-            last_step.add_metric(jr, snap.time)
-        dropped.add_metric(jr, snap.dropped)
-        if snap.loader is not None:
-            settings = snap.loader
-            loader["num_workers"].add_metric(jr, settings.num_workers)
-            loader["pin_memory"].add_metric(jr, float(settings.pin_memory))
-            loader["persistent_workers"].add_metric(jr, float(settings.persistent_workers))
-            if settings.batch_size is not None:
-                loader["batch_size"].add_metric(jr, settings.batch_size)
-            if settings.prefetch_factor is not None:
-                loader["prefetch_factor"].add_metric(jr, settings.prefetch_factor)
-        if snap.gpu is not None:
-            for name in GPU_PHASES:
-                gpu_phase.add_metric([*jr, name], snap.gpu.phase_seconds[name])
-            gpu_busy.add_metric(jr, snap.gpu.busy_seconds)
-            gpu_idle.add_metric(jr, snap.gpu.idle_seconds)
-            for key in GPU_MEMORY:
-                if key in snap.gpu.memory:
-                    memory[key].add_metric(jr, snap.gpu.memory[key])
+            self.last_step.add_metric(jr, snap.time)
 
-    yield from (phase, steps, samples, duration, gpu_phase, gpu_busy, gpu_idle, *memory.values(),
-                *loader.values(), info, last_step, dropped)
+    def _loader(self, settings: LoaderSettings, jr: list[str]) -> None:
+        self.loader["num_workers"].add_metric(jr, settings.num_workers)
+        self.loader["pin_memory"].add_metric(jr, float(settings.pin_memory))
+        self.loader["persistent_workers"].add_metric(jr, float(settings.persistent_workers))
+        if settings.batch_size is not None:
+            self.loader["batch_size"].add_metric(jr, settings.batch_size)
+        if settings.prefetch_factor is not None:
+            self.loader["prefetch_factor"].add_metric(jr, settings.prefetch_factor)
+
+    def _gpu(self, gpu: GpuTotals, jr: list[str]) -> None:
+        for name in GPU_PHASES:
+            self.gpu_phase.add_metric([*jr, name], gpu.phase_seconds[name])
+        self.gpu_busy.add_metric(jr, gpu.busy_seconds)
+        self.gpu_idle.add_metric(jr, gpu.idle_seconds)
+        if gpu.dropped_timings is not None:
+            self.gpu_dropped.add_metric(jr, gpu.dropped_timings)
+        for key in GPU_MEMORY:
+            if key in gpu.memory:
+                self.memory[key].add_metric(jr, gpu.memory[key])
+
+    def all(self) -> tuple[Metric, ...]:
+        return (self.phase, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase, self.gpu_busy,
+                self.gpu_idle, self.gpu_dropped, *self.memory.values(), *self.loader.values(), self.info,
+                self.last_step, self.dropped)
+
+
+def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],
+             jobs: int) -> Iterable[Metric]:
+    per_rank = _RankFamilies()
+    for state in sorted(ranks, key=lambda s: (s.snapshot.job, s.snapshot.rank)):
+        per_rank.add(state.snapshot)
+    yield from per_rank.all()
     yield kubernetes_info(ranks)
+    yield from _receiver_families(len(ranks), datagrams, rejected, jobs)
 
+
+def _receiver_families(ranks: int, datagrams: float, rejected: Mapping[str, float], jobs: int) -> Iterable[Metric]:
     yield CounterMetricFamily("bottleneck_push_datagrams", "Datagrams received by the push receiver.",
                               value=datagrams)
     rejected_family = _counter("bottleneck_push_rejected_total",
@@ -120,8 +167,7 @@ def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, fl
         rejected_family.add_metric([reason], rejected.get(reason, 0.0))
     yield rejected_family
     yield GaugeMetricFamily("bottleneck_push_jobs", "Training jobs tracked by the push receiver.", value=jobs)
-    yield GaugeMetricFamily("bottleneck_push_ranks", "Job/rank pairs tracked by the push receiver.",
-                            value=len(ranks))
+    yield GaugeMetricFamily("bottleneck_push_ranks", "Job/rank pairs tracked by the push receiver.", value=ranks)
 
 
 def _le(bound: float) -> str:

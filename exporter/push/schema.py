@@ -28,6 +28,9 @@ STEP_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
 HOST_PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
+# Time in collectives (DDP's all-reduce): overlaps backward, so it is no part of the step's partition; sent
+# only by a rank whose collectives the hook times.
+COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
@@ -77,6 +80,7 @@ class GpuTotals:
     busy_seconds: float
     idle_seconds: float
     memory: dict[str, float]  # GPU_MEMORY key -> bytes; keys absent when the hook could not read them
+    dropped_timings: int | None = None  # steps whose CUDA events were given up unread, when sent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +110,8 @@ class Snapshot:
     loader: LoaderSettings | None
     gpu: GpuTotals | None
     kubernetes: KubernetesIdentity | None = None
+    collective_seconds: float | None = None  # phase_seconds.collective, when sent
+    skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
 
 
 def sanitize_job(name: str) -> str:
@@ -140,8 +146,8 @@ def validate(data: bytes) -> Snapshot:
         raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
     _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
                          "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
-          optional={"loader", "gpu", "kubernetes"}, where="")
-    phases = _mapping(obj, "phase_seconds", HOST_PHASES)
+          optional={"loader", "gpu", "kubernetes", "skipped_steps"}, where="")
+    phases = _mapping(obj, "phase_seconds", HOST_PHASES, optional=(COLLECTIVE,))
     buckets = obj["step_buckets"]
     if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
         raise Rejected("bad_schema", f"step_buckets: expected a list of {len(STEP_BUCKETS) + 1} counts")
@@ -162,9 +168,13 @@ def validate(data: bytes) -> Snapshot:
         loader=_loader(obj["loader"]) if obj.get("loader") is not None else None,
         gpu=_gpu(obj["gpu"]) if obj.get("gpu") is not None else None,
         kubernetes=_kubernetes(obj["kubernetes"]) if obj.get("kubernetes") is not None else None,
+        collective_seconds=_number(phases, COLLECTIVE, "phase_seconds.") if COLLECTIVE in phases else None,
+        skipped_steps=_int(obj, "skipped_steps", 0, 1 << 62) if "skipped_steps" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
+    if snapshot.skipped_steps is not None and snapshot.skipped_steps > snapshot.steps:
+        raise Rejected("bad_number", "skipped_steps: more than steps")
     return snapshot
 
 
@@ -177,11 +187,12 @@ def _keys(obj: dict[str, Any], required: set[str], optional: set[str], where: st
         raise Rejected("bad_schema", f"{where}{sorted(map(str, unknown))[0][:40]}: unknown key")
 
 
-def _mapping(obj: dict[str, Any], key: str, names: tuple[str, ...], where: str = "") -> dict[str, Any]:
+def _mapping(obj: dict[str, Any], key: str, names: tuple[str, ...], where: str = "",
+             optional: tuple[str, ...] = ()) -> dict[str, Any]:
     value = obj[key]
     if not isinstance(value, dict):
         raise Rejected("bad_schema", f"{where}{key}: expected an object")
-    _keys(value, required=set(names), optional=set(), where=f"{where}{key}.")
+    _keys(value, required=set(names), optional=set(optional), where=f"{where}{key}.")
     return value
 
 
@@ -248,14 +259,16 @@ def _loader(value: Any) -> LoaderSettings:
 def _gpu(value: Any) -> GpuTotals:
     if not isinstance(value, dict):
         raise Rejected("bad_schema", "gpu: expected an object")
-    _keys(value, required={"phase_seconds", "busy_seconds", "idle_seconds"}, optional=set(GPU_MEMORY),
-          where="gpu.")
+    _keys(value, required={"phase_seconds", "busy_seconds", "idle_seconds"},
+          optional={*GPU_MEMORY, "dropped_timings"}, where="gpu.")
     phases = _mapping(value, "phase_seconds", GPU_PHASES, "gpu.")
     return GpuTotals(
         phase_seconds={name: _number(phases, name, "gpu.phase_seconds.") for name in GPU_PHASES},
         busy_seconds=_number(value, "busy_seconds", "gpu."),
         idle_seconds=_number(value, "idle_seconds", "gpu."),
         memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
+        dropped_timings=_int(value, "dropped_timings", 0, 1 << 62, "gpu.dropped_timings")
+        if "dropped_timings" in value else None,
     )
 
 
