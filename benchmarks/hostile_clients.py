@@ -232,7 +232,7 @@ def probe_forge() -> None:
             exporter.wait_ready()
             procs.append(_sender(f"unix://{tmp}/push.sock", 128, 1))
             time.sleep(0.5)
-            steps = 'bottleneck_train_steps_total{job="victim",rank="0"}'
+            steps = 'bottleneck_train_steps_total{rank="0",training_job="victim"}'
             before = _sample(exporter.scrape(), steps)
             procs.append(_sender(f"unix://{tmp}/push.sock", 1, 100))
             time.sleep(0.5)

@@ -38,6 +38,7 @@ from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
 from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from exporter.push.schema import JOB_LABEL
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -70,10 +71,13 @@ class Finding:
 
     @property
     def subject(self) -> str:
-        """Where the verdict belongs: a training job for per-rank and per-job verdicts, else a node."""
-        if "job" in self.rule.heuristic.scope and ("rank" in self.rule.heuristic.scope
-                                                   or self.rule.heuristic.scope == ("job",)):
-            return f"job {self.labels.get('job', '?')}"
+        """Where the verdict belongs: a training job for per-rank and per-job verdicts, the scrape job for a
+        verdict about it as a whole (no exporter scraped), else a node."""
+        scope = self.rule.heuristic.scope
+        if JOB_LABEL in scope:
+            return f"job {self.labels.get(JOB_LABEL, '?')}"
+        if "job" in scope and "instance" not in scope:
+            return f"scrape job {self.labels.get('job', '?')}"
         return f"node {self.labels.get('instance', '?')}"
 
     def as_dict(self) -> dict[str, Any]:

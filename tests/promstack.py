@@ -5,7 +5,8 @@
     prometheus.query('up{instance="node-a"}')   # → the result vector, or AssertionError with the error
 
 Targets get their ``instance`` label by relabelling (as a real fleet maps addresses to node names), and are
-scraped with ``honor_labels: true`` so the hook's training ``job`` label survives the scrape.
+scraped with Prometheus' default ``honor_labels: false`` (what prometheus-operator's overrideHonorLabels
+forces): the scrape job owns ``job``, the training job rides in ``training_job``.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ class Prometheus(Process):
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{
                 "job_name": EXPORTER_JOB,
-                "honor_labels": True,
                 "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
             }] + [{

@@ -41,11 +41,15 @@ def alert(name: str, severity: str, labels: dict[str, str], value: float) -> dic
     return {"labels": {"alertname": rule.alert, "severity": severity, **labels}, "annotations": annotations}
 
 
-INPUT_BOUND_A = alert("InputBound", "warning", {"instance": "node-a", "job": "resnet50", "rank": "3"}, 0.82)
+# As Prometheus labels them with honor_labels: false: job is the scrape job, training_job the training job.
+SCRAPED = {"job": "bottleneck-exporter"}
+INPUT_BOUND_A = alert("InputBound", "warning", {"instance": "node-a", **SCRAPED, "training_job": "resnet50",
+                                                "rank": "3"}, 0.82)
 MEMORY_WARNING_A = alert("MemoryPressure", "warning", {"instance": "node-a", "job": "bottleneck-exporter"}, 0.03)
 MEMORY_CRITICAL_A = alert("MemoryPressure", "critical", {"instance": "node-a", "job": "bottleneck-exporter"}, 0.03)
 EXPORTER_DOWN_B = alert("ExporterDown", "critical", {"instance": "node-b", "job": "bottleneck-exporter"}, 0)
-INPUT_BOUND_B = alert("InputBound", "warning", {"instance": "node-b", "job": "resnet50", "rank": "5"}, 0.7)
+INPUT_BOUND_B = alert("InputBound", "warning", {"instance": "node-b", **SCRAPED, "training_job": "resnet50",
+                                                "rank": "5"}, 0.7)
 SAWTOOTH_A = alert("GpuSawtooth", "info", {"instance": "node-a", "job": "bottleneck-exporter", "gpu": "0",
                                            "uuid": "GPU-1"}, 0.4)
 
@@ -110,7 +114,8 @@ def test_templates_show_verdict_evidence_and_advice(template: str, tmp_path: Pat
 
 
 def test_title_counts_the_firing_alerts_of_a_group(tmp_path: Path) -> None:
-    second = alert("InputBound", "warning", {"instance": "node-a", "job": "resnet50", "rank": "4"}, 0.9)
+    second = alert("InputBound", "warning", {"instance": "node-a", **SCRAPED, "training_job": "resnet50", "rank": "4"},
+                   0.9)
     title = render("bottleneck.title", [INPUT_BOUND_A, second], tmp_path)
     assert title == "[FIRING:2] BottleneckInputBound: input-bound (data loading) (resnet50)"
 
@@ -203,5 +208,30 @@ def test_real_alertmanager_routes_inhibits_and_renders_to_slack_and_email(
         assert "Advice:   Smaller batch, fewer DataLoader workers" in text
         html = mail.get_body(preferencelist=("html",))
         assert html is not None and "<th align=\"left\">Advice</th>" in html.get_content()
+    finally:
+        manager.stop()
+
+
+def test_real_alertmanager_groups_by_training_job_not_by_the_scrape_job(
+        tmp_path: Path, sinks: tuple[SlackSink, SmtpSink]) -> None:
+    """Every alert carries the same scrape job; grouping by it would put two training jobs on a node in one
+    notification, and grouping by nothing would split a job's ranks."""
+    slack, smtp = sinks
+    manager = Alertmanager(tmp_path, local_config(tmp_path, slack, smtp)).start()
+    try:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        ends = (now + datetime.timedelta(minutes=10)).isoformat()
+        rank_4 = alert("InputBound", "warning", {"instance": "node-a", **SCRAPED, "training_job": "resnet50",
+                                                 "rank": "4"}, 0.9)
+        bert = alert("InputBound", "warning", {"instance": "node-a", **SCRAPED, "training_job": "bert",
+                                               "rank": "0"}, 0.7)
+        posted = [INPUT_BOUND_A, rank_4, bert]
+        response = requests.post(f"{manager.url}/api/v2/alerts",
+                                 json=[{**a, "startsAt": now.isoformat(), "endsAt": ends} for a in posted], timeout=10)
+        assert response.status_code == 200, response.text
+        wait_until(lambda: len(slack.payloads()) >= 2, 60, "two notifications at the Slack sink")
+        titles = sorted(slack_text(m).split("\n")[0] for m in slack.payloads())
+        assert titles == ["[FIRING:1] BottleneckInputBound: input-bound (data loading) (bert)",
+                          "[FIRING:2] BottleneckInputBound: input-bound (data loading) (resnet50)"]
     finally:
         manager.stop()

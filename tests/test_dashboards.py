@@ -129,9 +129,9 @@ def test_dashboards_have_the_documented_variables() -> None:
     dashboards = load_dashboards()
     names = {name: {v["name"] for v in d["templating"]["list"]} for name, d in dashboards.items()}
     assert {"datasource", "instance", "gpu"} <= names["bottleneck-node.json"]
-    assert {"datasource", "job", "instance", "gpu", "rank"} <= names["bottleneck-training.json"]
-    assert {"datasource", "job", "instance", "gpu"} <= names["bottleneck-fleet.json"]
-    assert {"datasource", "job", "instance"} <= names["bottleneck-verdicts.json"]
+    assert {"datasource", "training_job", "instance", "gpu", "rank"} <= names["bottleneck-training.json"]
+    assert {"datasource", "training_job", "instance", "gpu"} <= names["bottleneck-fleet.json"]
+    assert {"datasource", "training_job", "instance"} <= names["bottleneck-verdicts.json"]
 
 
 # The lint is only worth something if it fires: one case per rule, named after the mistake it catches.
@@ -153,8 +153,9 @@ def test_lint_catches(expr: str, expected: str) -> None:
 @pytest.mark.parametrize(
     "expr",
     [
-        'sum by (le) (rate(bottleneck_train_step_duration_seconds_bucket{job=~"$job"}[$__rate_interval]))',
-        "a_total_ratio / on (job) group_left quantile by (job) (0.5, x)",
+        'sum by (le) (rate(bottleneck_train_step_duration_seconds_bucket{training_job=~"$training_job"}'
+        "[$__rate_interval]))",
+        "a_total_ratio / on (training_job) group_left quantile by (training_job) (0.5, x)",
         'max by (alertname) (ALERTS{alertstate="firing", alertname=~"x_total"})',
         "increase(x_sum[$__rate_interval]) / increase(x_count[$__rate_interval])",
     ],
@@ -242,7 +243,7 @@ CORE_PANELS = {
 
 def live_substitute(expr: str) -> str:
     values = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m", "instance": LIVE_NODE,
-              "job": LIVE_JOB, "rank": ".*", "gpu": ".*"}
+              "training_job": LIVE_JOB, "rank": ".*", "gpu": ".*"}
     return re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], expr)
 
 
@@ -263,7 +264,8 @@ def live_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promet
         prometheus.start()
         # Enough for rate() over 10s windows, for the rules' 5m windows to hold two samples, and for the
         # training job's counters to move between scrapes.
-        wait_until(lambda: prometheus.query(f'rate(bottleneck_train_steps_total{{job="{LIVE_JOB}"}}[10s]) > 0'),
+        steps = f'rate(bottleneck_train_steps_total{{training_job="{LIVE_JOB}"}}[10s]) > 0'
+        wait_until(lambda: prometheus.query(steps),
                    90, "the hooked training job's steps in Prometheus")
         wait_until(lambda: prometheus.query("job_rank:bottleneck_train_data_wait:ratio_rate5m"), 30,
                    "the recording rules to evaluate")

@@ -160,7 +160,9 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
     assert report["errors"] == []
     got = _keys(report["verdicts"])
     node_a = {"instance": "node-a", "job": "bottleneck-exporter"}
-    assert ("BottleneckInputBound", "warning", (("instance", "node-a"), ("job", "resnet50"), ("rank", "0"))) in got
+    rank_0 = {**node_a, "training_job": "resnet50", "rank": "0"}
+    assert ("BottleneckInputBound", "warning", tuple(sorted(rank_0.items()))) in got
+    assert {v["subject"] for v in report["verdicts"] if v["alert"] == "BottleneckInputBound"} == {"job resnet50"}
     assert ("BottleneckMemoryPressure", "critical", tuple(sorted(node_a.items()))) in got
     assert ("BottleneckMemoryPressure", "warning", tuple(sorted(node_a.items()))) not in got, "inhibited by its twin"
     hot = {"instance": "node-b", "job": "bottleneck-exporter", "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
@@ -180,6 +182,22 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
     evidence = next(v for v in report["verdicts"] if v["alert"] == "BottleneckInputBound")
     assert evidence["evidence"].startswith("Rank 0 of job resnet50 on node-a waits for the next batch 80% of")
     assert evidence["advice"].startswith("Raise DataLoader num_workers")
+
+
+@pytest.mark.parametrize(("alert", "labels", "subject"), [
+    ("InputBound", {"instance": "node-a", "job": "bottleneck-exporter", "training_job": "resnet50", "rank": "0"},
+     "job resnet50"),
+    ("GpuImbalance", {"training_job": "resnet50"}, "job resnet50"),
+    ("MemoryPressure", {"instance": "node-a", "job": "bottleneck-exporter"}, "node node-a"),
+    ("ExporterDown", {"instance": "node-a", "job": "bottleneck-exporter"}, "node node-a"),
+    ("ExporterAbsent", {"job": "bottleneck-exporter"}, "scrape job bottleneck-exporter"),
+])
+def test_a_verdict_belongs_to_its_training_job_never_to_the_scrape_job(
+        alert: str, labels: dict[str, str], subject: str) -> None:
+    """Every scraped series carries the scrape job in ``job``; a training verdict is filed under the training
+    job's name (``training_job``), a node's under the node."""
+    finding = diagnose.Finding(resolve().alert(alert), labels, 1.0)
+    assert finding.subject == subject
 
 
 def test_diagnose_says_when_prometheus_cannot_be_reached() -> None:
@@ -265,7 +283,7 @@ def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
             diag.kill()
     assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
     report = json.loads(out)
-    verdicts = [v for v in report["verdicts"] if v["labels"].get("job") == "diag-slow"]
+    verdicts = [v for v in report["verdicts"] if v["labels"].get("training_job") == "diag-slow"]
     assert [v["alert"] for v in verdicts if v["alert"] in ("BottleneckInputBound", "BottleneckIoBound")] == [
         "BottleneckInputBound"], report
     assert verdicts[0]["value"] > 0.5

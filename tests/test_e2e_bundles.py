@@ -76,7 +76,8 @@ def test_input_bound_run_fires_with_the_node_exporter_bundle_fed_by_node_exporte
         code = diagnose.main(["--prometheus.url", prometheus.url, "--bundle", "node-exporter", "--json",
                               "--set", f"rate_window={RATE_WINDOW}"], stdout=out)
         assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
-        slow = [v["alert"] for v in json.loads(out.getvalue())["verdicts"] if v["labels"].get("job") == "e2e-slow"]
+        verdicts = json.loads(out.getvalue())["verdicts"]
+        slow = [v["alert"] for v in verdicts if v["labels"].get("training_job") == "e2e-slow"]
         assert "BottleneckInputBound" in slow
     finally:
         prometheus.stop()

@@ -158,7 +158,7 @@ def wait_for_notice(stack: Stack, job: Job, *needles: str) -> tuple[list[str], l
     try:
         found = wait_until(both, ALERT_TIMEOUT, f"a notice with {needles} in Slack and in email")
     except AssertionError as err:
-        alerts = [(a["labels"].get("alertname"), a["labels"].get("job"), a["labels"].get("rank"), a["state"])
+        alerts = [(a["labels"].get("alertname"), a["labels"].get("training_job"), a["labels"].get("rank"), a["state"])
                   for a in stack.prometheus.alerts()]
         raise AssertionError(f"{err}\nPrometheus alerts: {alerts}\nSlack: {stack.slack.texts()[-3:]}\n"
                              f"mail: {stack.mail.texts()[-3:]}") from None
@@ -174,11 +174,11 @@ def test_straggler_rank_reaches_slack_and_email_naming_the_rank_and_its_node(sta
         for text in slack + mail:
             assert "on node-c job e2e-ddp rank 2" in text, text
             assert "Rank 2 of job e2e-ddp on node-c" in text, text
-        firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", job="e2e-ddp"}')
+        firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", training_job="e2e-ddp"}')
         assert {(a["metric"]["rank"], a["metric"]["instance"]) for a in firing} == {("2", "node-c")}
         assert {a["metric"]["phase"] for a in firing} == {"forward"}, firing
         # Each rank's telemetry arrived through its own node's exporter.
-        ranks = stack.prometheus.query('bottleneck_train_info{job="e2e-ddp"}')
+        ranks = stack.prometheus.query('bottleneck_train_info{training_job="e2e-ddp"}')
         assert {(r["metric"]["rank"], r["metric"]["instance"]) for r in ranks} == {
             ("0", "node-a"), ("1", "node-b"), ("2", "node-c")}
     finally:
@@ -194,11 +194,11 @@ def test_rank_0_working_between_steps_is_named_straggler_with_its_time_between_p
         slack, mail = wait_for_notice(stack, job, "BottleneckStragglerRank", "e2e-log0", "FIRING")
         for text in slack + mail:
             assert "Rank 0 of job e2e-log0 on node-a" in text and "goes to between_phases" in text, text
-        firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", job="e2e-log0"}')
+        firing = stack.prometheus.query('ALERTS{alertname="BottleneckStragglerRank", training_job="e2e-log0"}')
         assert {(a["metric"]["rank"], a["metric"]["phase"]) for a in firing} == {("0", "between_phases")}
         # What the rule saw: equal step times, rank 0's own work well above its peers'.
         steps = stack.prometheus.query(f'job_rank:bottleneck_train_step_seconds:ratio_to_job_median{RATE_WINDOW}'
-                                       '{job="e2e-log0"}')
+                                       '{training_job="e2e-log0"}')
         assert all(float(s["value"][1]) < 1.2 for s in steps), steps
     finally:
         job.stop()

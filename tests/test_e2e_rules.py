@@ -6,7 +6,8 @@ CPU-only run that keeps every core busy with its own compute must not raise Bott
 DataLoader workers sharing saturated cores while the (replayed, idle) GPU waits must raise
 BottleneckLoaderSaturated. The
 rules are generated with a short rate window and ``for:`` (generator parameters) so this takes a minute,
-not ten.
+not ten. Prometheus scrapes with its default ``honor_labels: false`` (what prometheus-operator's
+overrideHonorLabels forces): the rules must find the training job in ``training_job``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
 from tests.conftest import ROOT
-from tests.promstack import Prometheus, Target, wait_until
+from tests.promstack import EXPORTER_JOB, Prometheus, Target, wait_until
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 
@@ -60,17 +62,21 @@ def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 
 def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:
-    return [a for a in prometheus.alerts() if a["labels"].get("job") == job]
+    return [a for a in prometheus.alerts() if a["labels"].get("training_job") == job]
 
 
 def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_quiet(
         tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
+    """Also the regression test for the training job's name riding in ``job``: with honor_labels: false it
+    became exported_job and every training rule went silent without an error."""
     rules = tmp_path / "rules"
     assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={socket_path}"])
     prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", "e2e-node")],
                             [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]).start()
+    (scrape,) = yaml.safe_load(prometheus.config.read_text())["scrape_configs"]
+    assert scrape.get("honor_labels", False) is False
     try:
         trainers("e2e-slow", "slow", socket_path)
         trainers("e2e-fast", "fast", socket_path)
@@ -80,11 +86,16 @@ def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_q
                      if a["labels"]["alertname"] == "BottleneckInputBound" and a["state"] == "firing"],
             180, "BottleneckInputBound to fire for the num_workers=0 run")
         assert firing[0]["labels"]["instance"] == "e2e-node"
+        assert (firing[0]["labels"]["job"], firing[0]["labels"]["rank"]) == (EXPORTER_JOB, "0")
+        assert "Rank 0 of job e2e-slow on e2e-node" in firing[0]["annotations"]["description"]
+        # Nothing the exporter sends collides with the scrape's own labels.
+        assert prometheus.query('count({__name__=~"bottleneck_.+", exported_job!=""})') == []
+        assert prometheus.query('count({__name__=~"bottleneck_.+", exported_instance!=""})') == []
         assert "waits for the next batch" in firing[0]["annotations"]["description"]
 
         # The healthy run was seen by the rules (its data-wait share is recorded) for longer than the rate
         # window and for: together, and raised nothing.
-        record = f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{job="e2e-fast"}}'
+        record = f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{training_job="e2e-fast"}}'
         samples = wait_until(lambda: prometheus.query(f"count_over_time({record}[40s]) >= 30"), 120,
                              "40s of recorded data-wait share for the healthy run")
         assert samples
@@ -96,12 +107,12 @@ def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_q
         code = diagnose.main(["--prometheus.url", prometheus.url, "--json"], stdout=out)
         assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
         report = json.loads(out.getvalue())
-        slow = [v for v in report["verdicts"] if v["labels"].get("job") == "e2e-slow"]
+        slow = [v for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-slow"]
         assert "BottleneckInputBound" in [v["alert"] for v in slow], report
         named = next(v for v in slow if v["alert"] == "BottleneckInputBound")
         assert named["state"] == "firing" and named["value"] > 0.5
-        assert named["advice"].startswith("Raise DataLoader num_workers")
-        assert [v for v in report["verdicts"] if v["labels"].get("job") == "e2e-fast"] == []
+        assert named["advice"].startswith("Raise DataLoader num_workers") and named["subject"] == "job e2e-slow"
+        assert [v for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-fast"] == []
     finally:
         prometheus.stop()
 
@@ -141,7 +152,8 @@ def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
             assert saturated == [], "CpuSaturated on a healthy CPU-only job"
         else:
             assert [a["state"] for a in saturated] == ["firing"], saturated
-        wait = prometheus.query(f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{job="e2e-cpu"}}')
+        wait = prometheus.query(
+            f'job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}{{training_job="e2e-cpu"}}')
         assert wait and float(wait[0]["value"][1]) < 0.2, wait
     finally:
         prometheus.stop()

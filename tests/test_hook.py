@@ -89,7 +89,7 @@ def trainers(tmp_path: Path) -> Iterator[list[Trainer]]:
 def steps_of(exporter: Any, job: str) -> Callable[[], dict[Any, float] | None]:
     def check() -> dict[Any, float] | None:
         scrape = samples(exporter.scrape())
-        steps = value(scrape, "bottleneck_train_steps_total", job=job)
+        steps = value(scrape, "bottleneck_train_steps_total", training_job=job)
         return scrape if steps else None
     return check
 
@@ -97,11 +97,12 @@ def steps_of(exporter: Any, job: str) -> Callable[[], dict[Any, float] | None]:
 def window(exporter: Any, job: str, more_steps: int) -> tuple[dict[Any, float], dict[Any, float]]:
     """Two scrapes ``more_steps`` optimizer steps apart, after the run has warmed up (like rate() in rules)."""
     first = wait_for(steps_of(exporter, job), f"{job} to report steps")
-    start = value(first, "bottleneck_train_steps_total", job=job) or 0
+    start = value(first, "bottleneck_train_steps_total", training_job=job) or 0
 
     def later() -> dict[Any, float] | None:
         scrape = samples(exporter.scrape())
-        return scrape if (value(scrape, "bottleneck_train_steps_total", job=job) or 0) >= start + more_steps else None
+        steps = value(scrape, "bottleneck_train_steps_total", training_job=job) or 0
+        return scrape if steps >= start + more_steps else None
 
     return first, wait_for(later, f"{job} to report {more_steps} more steps")
 
@@ -109,7 +110,8 @@ def window(exporter: Any, job: str, more_steps: int) -> tuple[dict[Any, float], 
 def share(first: dict[Any, float], second: dict[Any, float], job: str, phase: str) -> float:
     def delta(p: str) -> float:
         name = "bottleneck_train_phase_seconds_total"
-        return (value(second, name, job=job, phase=p) or 0) - (value(first, name, job=job, phase=p) or 0)
+        return ((value(second, name, training_job=job, phase=p) or 0)
+                - (value(first, name, training_job=job, phase=p) or 0))
     return delta(phase) / delta("step")
 
 
@@ -122,12 +124,12 @@ def test_slow_dataset_without_workers_is_reported_input_bound(start_exporter, tr
     first, second = window(exporter, "slowjob", more_steps=15)
 
     assert share(first, second, "slowjob", "data_wait") > 0.8
-    assert value(second, "bottleneck_train_dataloader_num_workers", job="slowjob") == 0
+    assert value(second, "bottleneck_train_dataloader_num_workers", training_job="slowjob") == 0
     # The trainer's main thread is the loader: the training collector (told about the trainer by the receiver)
     # sees the CPU go to the main thread, busy rather than blocked, and finds no workers. "Busy" is judged
     # loosely (10% of a core) because this machine is shared; a loader that sleeps would show ~0.
     info = [dict(lbls) for (n, lbls), _ in second.items()
-            if n == "bottleneck_training_process_info" and ("job", "slowjob") in lbls]
+            if n == "bottleneck_training_process_info" and ("training_job", "slowjob") in lbls]
     assert len(info) == 1 and info[0]["discovered_by"] == "push", info
     process = info[0]["process"]
 
@@ -136,9 +138,9 @@ def test_slow_dataset_without_workers_is_reported_input_bound(start_exporter, tr
                    and ("process", process) in lbls and (role is None or ("role", role) in lbls))
 
     main_cpu = cpu(second, "main") - cpu(first, "main")
-    step_seconds = sum(value(s, "bottleneck_train_phase_seconds_total", job="slowjob", phase="step") or 0
+    step_seconds = sum(value(s, "bottleneck_train_phase_seconds_total", training_job="slowjob", phase="step") or 0
                        for s in (second,)) - (value(first, "bottleneck_train_phase_seconds_total",
-                                                    job="slowjob", phase="step") or 0)
+                                                    training_job="slowjob", phase="step") or 0)
     assert main_cpu > 0.9 * (cpu(second) - cpu(first))
     assert main_cpu > 0.1 * step_seconds
     assert not value(second, "bottleneck_training_dataloader_workers_found", process=process)
@@ -156,10 +158,10 @@ def test_fast_dataset_with_two_workers_is_not_input_bound(start_exporter, traine
     # Below the verdict's threshold, with a margin: the share itself moves with the machine's load (0.1 on a
     # quiet 2-core machine, 0.22 with other work on it), the verdict must not.
     assert share(first, second, "fastjob", "data_wait") < 0.6 * float(PARAMETERS["data_wait_ratio"].default)
-    assert value(second, "bottleneck_train_dataloader_num_workers", job="fastjob") == 2
-    assert value(second, "bottleneck_train_dataloader_persistent_workers", job="fastjob") == 1
+    assert value(second, "bottleneck_train_dataloader_num_workers", training_job="fastjob") == 2
+    assert value(second, "bottleneck_train_dataloader_persistent_workers", training_job="fastjob") == 1
     info = [dict(lbls) for (n, lbls), _ in second.items()
-            if n == "bottleneck_training_process_info" and ("job", "fastjob") in lbls]
+            if n == "bottleneck_training_process_info" and ("training_job", "fastjob") in lbls]
     assert len(info) == 1, info
     assert value(second, "bottleneck_training_dataloader_workers_found", process=info[0]["process"]) == 2
     rc, _, err = trainers[0].finish()
@@ -173,7 +175,7 @@ def test_exporter_restarted_mid_run_metrics_resume_without_touching_training(sta
     first_exporter = start_exporter(args)
     trainers.append(Trainer(tmp_path, sock, "restartjob", "fast", workers=0))
     before = wait_for(steps_of(first_exporter, "restartjob"), "steps before the restart")
-    steps_before = value(before, "bottleneck_train_steps_total", job="restartjob")
+    steps_before = value(before, "bottleneck_train_steps_total", training_job="restartjob")
     first_exporter.proc.terminate()  # SIGTERM, as systemd would on a restart (the fixture collects its output)
     first_exporter.proc.wait(timeout=10)
     assert not sock.exists()
@@ -184,13 +186,13 @@ def test_exporter_restarted_mid_run_metrics_resume_without_touching_training(sta
 
     def resumed() -> dict[Any, float] | None:
         scrape = samples(second_exporter.scrape())
-        steps = value(scrape, "bottleneck_train_steps_total", job="restartjob") or 0
+        steps = value(scrape, "bottleneck_train_steps_total", training_job="restartjob") or 0
         return scrape if steps > steps_before else None
 
     after = wait_for(resumed, "metrics to resume after the restart")
     # Totals are cumulative in the trainer, so nothing measured during the outage is lost; the datagrams
     # that found no exporter are counted.
-    assert (value(after, "bottleneck_train_hook_dropped_datagrams_total", job="restartjob") or 0) > 0
+    assert (value(after, "bottleneck_train_hook_dropped_datagrams_total", training_job="restartjob") or 0) > 0
     rc, out, err = trainers[0].finish()
     assert rc == 0 and "trained" in out, err
     assert "Traceback" not in err
@@ -452,7 +454,7 @@ def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted
     receiver.store.accept(sent)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(receiver)
-    labels = {"job": "gpu-behind", "rank": "0"}
+    labels = {"training_job": "gpu-behind", "rank": "0"}
     assert registry.get_sample_value("bottleneck_train_gpu_timings_dropped_total", labels) == 28
     assert registry.get_sample_value("bottleneck_train_gpu_busy_seconds_total", labels) == 0
 

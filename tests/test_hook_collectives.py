@@ -85,7 +85,7 @@ def test_allreduce_dominated_ddp_job_is_communication_bound(tmp_path: Path) -> N
     assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
     report = json.loads(out)
     found = {v["labels"]["rank"]: v["value"] for v in report["verdicts"]
-             if v["alert"] == "BottleneckCommunicationBound" and v["labels"].get("job") == JOB}
+             if v["alert"] == "BottleneckCommunicationBound" and v["labels"].get("training_job") == JOB}
     # Every rank waits on the same all-reduce: all three are communication-bound.
     assert set(found) == {"0", "1", "2"}, (report["verdicts"], report["missing"], logs)
     assert all(0.5 < share <= 1.0 for share in found.values()), found

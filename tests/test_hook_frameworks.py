@@ -95,16 +95,16 @@ def reported(rx: PushReceiver, job: str) -> dict[str, float]:
     registry.register(rx)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the last datagram may still be in the socket
-        steps = registry.get_sample_value("bottleneck_train_steps_total", {"job": job, "rank": "0"})
+        steps = registry.get_sample_value("bottleneck_train_steps_total", {"training_job": job, "rank": "0"})
         if steps == ITEMS // BATCH // ACCUMULATE * EPOCHS:
             break
         time.sleep(0.05)
     out = {phase: registry.get_sample_value("bottleneck_train_phase_seconds_total",
-                                            {"job": job, "rank": "0", "phase": phase}) for phase in PHASES}
+                                            {"training_job": job, "rank": "0", "phase": phase}) for phase in PHASES}
     for name in ("steps", "samples"):
-        out[name] = registry.get_sample_value(f"bottleneck_train_{name}_total", {"job": job, "rank": "0"})
+        out[name] = registry.get_sample_value(f"bottleneck_train_{name}_total", {"training_job": job, "rank": "0"})
     out["batch_size"] = registry.get_sample_value("bottleneck_train_dataloader_batch_size",
-                                                  {"job": job, "rank": "0"})
+                                                  {"training_job": job, "rank": "0"})
     return out  # type: ignore[return-value]
 
 

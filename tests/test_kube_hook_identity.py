@@ -72,8 +72,8 @@ def kubernetes_series(payload: dict[str, Any]) -> list[dict[str, str]]:
 def test_rank_in_a_pod_is_exposed_with_its_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     payload = session_payload(monkeypatch, POD_ENV)
     assert payload["kubernetes"] == {"namespace": "ml", "pod": "bert-worker-3", "container": "trainer"}
-    assert kubernetes_series(payload) == [{"job": "bert", "rank": "0", "namespace": "ml", "pod": "bert-worker-3",
-                                           "container": "trainer"}]
+    assert kubernetes_series(payload) == [{"training_job": "bert", "rank": "0", "namespace": "ml",
+                                           "pod": "bert-worker-3", "container": "trainer"}]
 
 
 def test_rank_outside_kubernetes_sends_and_exposes_nothing_new(monkeypatch: pytest.MonkeyPatch) -> None:

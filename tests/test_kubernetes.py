@@ -218,7 +218,7 @@ def test_service_and_monitor_point_at_the_metrics_port() -> None:
     monitor = by_kind(objects, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True, "the hook's job label must survive the scrape"
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True, "the workload's namespace must survive the scrape"
     # The scrape job is the Service's jobLabel value: the rules' exporter_job, or BottleneckExporterDown
     # (up{job="bottleneck-exporter"} == 0) never matches anything.
     job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]

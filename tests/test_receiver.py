@@ -33,7 +33,7 @@ from exporter.hook.transport import Transport
 from exporter.push import settings as push_settings
 from exporter.push.liveness import ProcessTable
 from exporter.push.receiver import PushReceiver
-from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
+from exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from exporter.push.store import JobStore
 from exporter.training.registry import TrainingRegistry
 from tests.conftest import require_tool
@@ -72,19 +72,19 @@ def test_hook_datagram_is_accepted_and_exposed():
     rx = receiver()
     payload = hook_payload(steps=3)
     assert rx.handle(encode(payload))
-    assert sample(rx, "bottleneck_train_steps_total", job="job-a", rank="0") == 3
-    assert sample(rx, "bottleneck_train_samples_total", job="job-a", rank="0") == 3
-    assert sample(rx, "bottleneck_train_phase_seconds_total", job="job-a", rank="0", phase="step") \
+    assert sample(rx, "bottleneck_train_steps_total", training_job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_samples_total", training_job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_phase_seconds_total", training_job="job-a", rank="0", phase="step") \
         == payload["phase_seconds"]["step"]
-    assert sample(rx, "bottleneck_train_step_duration_seconds_count", job="job-a", rank="0") == 3
-    assert sample(rx, "bottleneck_train_step_duration_seconds_bucket", job="job-a", rank="0", le="+Inf") == 3
-    assert sample(rx, "bottleneck_train_dataloader_prefetch_factor", job="job-a", rank="0") == 2
-    assert sample(rx, "bottleneck_train_dataloader_pin_memory", job="job-a", rank="0") == 1
+    assert sample(rx, "bottleneck_train_step_duration_seconds_count", training_job="job-a", rank="0") == 3
+    assert sample(rx, "bottleneck_train_step_duration_seconds_bucket", training_job="job-a", rank="0", le="+Inf") == 3
+    assert sample(rx, "bottleneck_train_dataloader_prefetch_factor", training_job="job-a", rank="0") == 2
+    assert sample(rx, "bottleneck_train_dataloader_pin_memory", training_job="job-a", rank="0") == 1
     assert sample(rx, "bottleneck_push_datagrams_total") == 1
     assert sample(rx, "bottleneck_push_jobs") == 1
     assert all(sample(rx, "bottleneck_push_rejected_total", reason=r) == 0 for r in REASONS)
     # No GPU in the datagram: no GPU series rather than zeros.
-    assert sample(rx, "bottleneck_train_gpu_busy_seconds_total", job="job-a", rank="0") is None
+    assert sample(rx, "bottleneck_train_gpu_busy_seconds_total", training_job="job-a", rank="0") is None
 
 
 def _set(path: str, value: Any) -> Any:
@@ -240,6 +240,26 @@ def full_payload(job: str, rank: int) -> dict[str, Any]:
     return payload
 
 
+def test_no_series_of_the_receiver_carries_prometheus_own_job_or_instance_label():
+    """Regression: the training job's name rode in ``job``; a scrape with honor_labels: false (the default, and
+    prometheus-operator's overrideHonorLabels) renamed it exported_job and every training rule went silent.
+    Every series the receiver exposes, with every optional part sent, leaves job and instance to Prometheus
+    and names the training job in ``training_job``."""
+    payload = full_payload("bert", 3)
+    payload["kubernetes"] = {"namespace": "ml", "pod": "bert-worker-3", "container": "trainer"}
+    rx = receiver()
+    assert rx.handle(encode(payload))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    samples = [s for family in registry.collect() for s in family.samples]
+    names = {s.name for s in samples}
+    assert {"bottleneck_train_kubernetes_info", "bottleneck_train_gpu_busy_seconds_total",
+            "bottleneck_train_dataloader_num_workers", "bottleneck_train_step_duration_seconds_bucket"} <= names
+    assert [s for s in samples if {"job", "instance"} & set(s.labels)] == []
+    per_rank = [s for s in samples if s.name.startswith("bottleneck_train_")]
+    assert per_rank and all(s.labels[JOB_LABEL] == "bert" and s.labels["rank"] == "3" for s in per_rank)
+
+
 def test_default_bounds_keep_one_local_user_to_a_node_sized_scrape():
     """Regression: the defaults (32 jobs x 64 ranks) let one local user add 84k series and a 5.9 MB, 1.2 s
     scrape, while a node runs a handful of ranks. At the defaults now: 8 jobs x 16 ranks."""
@@ -278,7 +298,7 @@ def test_silent_job_expires_and_its_process_is_forgotten():
     now[0] += 31
     rx._expire()
     assert [s.snapshot.job for s in rx.store.ranks()] == ["fresh"]
-    assert sample(rx, "bottleneck_train_steps_total", job="old", rank="0") is None
+    assert sample(rx, "bottleneck_train_steps_total", training_job="old", rank="0") is None
     # Both datagrams came from this PID; the registry keeps one entry per PID and it was the expired job's.
     assert training.processes() == []
 
@@ -340,13 +360,13 @@ def test_hung_trainer_was_expired_while_alive_and_the_stall_alert_resolved(tmp_p
         # (it sent first), so the same expiry pass saw it too, and kept it because its process runs.
         wait_for(lambda: "finished" not in ranks_of(rx), "the finished trainer to expire")
         assert ranks_of(rx) == {"hung"}
-        assert sample(rx, "bottleneck_train_steps_total", job="hung", rank="0") == 3
-        assert sample(rx, "bottleneck_train_last_step_timestamp_seconds", job="hung", rank="0") is not None
+        assert sample(rx, "bottleneck_train_steps_total", training_job="hung", rank="0") == 3
+        assert sample(rx, "bottleneck_train_last_step_timestamp_seconds", training_job="hung", rank="0") is not None
         assert [p.pid for p in training.processes()] == [hung.pid]
         # Killed and not yet reaped (a zombie, as under a parent that hangs too): gone, so the rank expires.
         hung.kill()
         wait_for(lambda: not rx.store.ranks(), "the killed trainer to expire")
-        assert sample(rx, "bottleneck_train_steps_total", job="hung", rank="0") is None
+        assert sample(rx, "bottleneck_train_steps_total", training_job="hung", rank="0") is None
         assert training.processes() == []
     finally:
         rx.stop()
@@ -363,14 +383,14 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
     procs = []
     try:
         procs.append(silent_trainer(f"unix://{sock}", "hung"))
-        wait_for(lambda: 'job="hung"' in exporter.scrape(), "the hung trainer in a scrape")
+        wait_for(lambda: 'training_job="hung"' in exporter.scrape(), "the hung trainer in a scrape")
         procs.append(silent_trainer(f"unix://{sock}", "finished"))
-        wait_for(lambda: 'job="finished"' in exporter.scrape(), "the finished trainer in a scrape")
+        wait_for(lambda: 'training_job="finished"' in exporter.scrape(), "the finished trainer in a scrape")
         procs[1].communicate("")
-        wait_for(lambda: 'job="finished"' not in exporter.scrape(), "the finished trainer to expire")
-        assert 'bottleneck_train_steps_total{job="hung",rank="0"} 3.0' in exporter.scrape()
+        wait_for(lambda: 'training_job="finished"' not in exporter.scrape(), "the finished trainer to expire")
+        assert 'bottleneck_train_steps_total{rank="0",training_job="hung"} 3.0' in exporter.scrape()
         procs[0].communicate("")
-        wait_for(lambda: 'job="hung"' not in exporter.scrape(), "the hung trainer to expire once it exited")
+        wait_for(lambda: 'training_job="hung"' not in exporter.scrape(), "the hung trainer to expire once it exited")
     finally:
         for proc in procs:
             proc.kill()
@@ -379,7 +399,7 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
 
 # -- who may push what ------------------------------------------------------------------------------------------
 def steps_of(rx: PushReceiver, job: str) -> float | None:
-    return sample(rx, "bottleneck_train_steps_total", job=job, rank="0")
+    return sample(rx, "bottleneck_train_steps_total", training_job=job, rank="0")
 
 
 @pytest.mark.live
@@ -697,12 +717,12 @@ def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_
 
     def scraped() -> str:
         text = exporter.scrape()
-        return text if 'bottleneck_train_steps_total{job="e2e",rank="0"} 4.0' in text else ""
+        return text if 'bottleneck_train_steps_total{rank="0",training_job="e2e"} 4.0' in text else ""
 
     wait_for(scraped, "the pushed steps in a scrape")
     text = exporter.scrape()
     assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in text
-    assert 'bottleneck_train_cuda_memory_peak_bytes{job="e2e",rank="0"} 1.5e+09' in text
+    assert 'bottleneck_train_cuda_memory_peak_bytes{rank="0",training_job="e2e"} 1.5e+09' in text
     checked = subprocess.run([require_tool("promtool"), "check", "metrics"], input=text, capture_output=True,
                              text=True)
     assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), \

@@ -60,7 +60,7 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
         def verdict_for_the_job() -> dict | None:
             status = requests.get(f"{exporter.url}/status.json", timeout=30).json()
             alerts = {f["alert"] for f in status["verdicts"]["findings"]
-                      if f["labels"].get("job") == "resnet-input-bound"}
+                      if f["labels"].get("training_job") == "resnet-input-bound"}
             return status if "BottleneckInputBound" in alerts else None
 
         status = wait_for(verdict_for_the_job, "the input-bound verdict in /status.json", timeout=120)

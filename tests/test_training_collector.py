@@ -213,7 +213,7 @@ def test_is_not_taken_for_a_trainer(tmp_path: Path, pid: int) -> None:
 def test_registered_workers_get_their_role_though_their_names_do_not_match(tmp_path: Path) -> None:
     registry = as_registry(training_collector(FixtureNode(tmp_path).proc, fixture_registry()))
     labels = {"process": "main.py", "local_rank": "3"}
-    assert registry.get_sample_value(INFO, {**labels, "job": "resnet", "discovered_by": "push"}) == 1
+    assert registry.get_sample_value(INFO, {**labels, "training_job": "resnet", "discovered_by": "push"}) == 1
     assert registry.get_sample_value(WORKERS, labels) == 2
     expected = sum(ticks("t0", w, w)[0] for w in (8001, 8002)) / FIXTURE_HZ
     assert registry.get_sample_value(CPU, {**labels, "role": "data_worker", "mode": "user"}) == pytest.approx(
@@ -265,9 +265,9 @@ def test_process_vanishing_mid_read_does_not_fail_the_scrape(tmp_path: Path) -> 
     labels = {"process": "train.py", "local_rank": "0"}
     assert registry.get_sample_value(WORKERS, labels) == 1
     assert registry.get_sample_value(THREADS, {**labels, "role": "pin_memory"}) == 1
-    assert registry.get_sample_value(INFO, {"process": "pretrain_gpt.py", "local_rank": "0", "job": "",
+    assert registry.get_sample_value(INFO, {"process": "pretrain_gpt.py", "local_rank": "0", "training_job": "",
                                             "discovered_by": "gpu"}) is None
-    assert registry.get_sample_value(INFO, {"process": "pretrain_gpt.py", "local_rank": "1", "job": "",
+    assert registry.get_sample_value(INFO, {"process": "pretrain_gpt.py", "local_rank": "1", "training_job": "",
                                             "discovered_by": "gpu"}) == 1
 
 
@@ -436,7 +436,7 @@ def test_live_registry_gives_roles_to_workers_with_other_names(tmp_path: Path) -
         time.sleep(0.5)
         second = snapshot(registry)
         after = b.role_ticks()["data_worker"]
-    assert value(second, INFO, **labels, job="jobx", discovered_by="push") == 1
+    assert value(second, INFO, **labels, training_job="jobx", discovered_by="push") == 1
     assert value(second, WORKERS, **labels) == 2
     assert value(second, THREADS, **labels, role="pin_memory") == 0  # the unnamed thread counts as "other"
     assert before / USER_HZ <= role_cpu(first, labels, "data_worker") < role_cpu(second, labels, "data_worker")
@@ -502,7 +502,7 @@ def test_live_pytorch_dataloader_workers_are_found_by_the_exporter(tmp_path: Pat
         trainer.stdin.close()  # type: ignore[union-attr]
         trainer.wait(timeout=30)
 
-    assert second[(INFO, frozenset({("job", ""), ("discovered_by", "dataloader_workers")}))] == 1
+    assert second[(INFO, frozenset({("training_job", ""), ("discovered_by", "dataloader_workers")}))] == 1
     assert second[(WORKERS, frozenset())] == 2
     assert second[(THREADS, frozenset({("role", "data_worker")}))] >= 2
 

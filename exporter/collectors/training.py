@@ -5,7 +5,7 @@ device held open, a command line) or because the push receiver registered them, 
 the trainer and its DataLoader workers (``exporter.training.ledger``). No PID or TID labels: a trainer is named by its
 script and LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
 
-    bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu"} 1.0
+    bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu"} 1.0
     bottleneck_training_cpu_seconds_total{process="train.py",local_rank="0",role="main",mode="user"} 812.4
     bottleneck_training_busiest_thread_cpu_ratio{process="train.py",local_rank="0",role="data_worker"} 0.98
 """
@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
 from exporter.kube.processes import ProcessPods, label_pods
 from exporter.procfs import USER_HZ, read_uptime
+from exporter.push.schema import JOB_LABEL
 from exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
 from exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
 
@@ -110,7 +111,7 @@ class TrainingCollector:
 
         info = GaugeMetricFamily("bottleneck_training_process_info",
                                  "A training process found on this node; value is always 1.",
-                                 labels=[*_LABELS, "job", "discovered_by"])
+                                 labels=[*_LABELS, JOB_LABEL, "discovered_by"])
         cpu = CounterMetricFamily("bottleneck_training_cpu_seconds_total",
                                   "CPU time of the trainer's threads and its DataLoader workers' threads, by "
                                   "thread role; kept from falling when threads exit (their time since the "

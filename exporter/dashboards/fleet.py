@@ -29,7 +29,7 @@ RI = "$__rate_interval"
 
 
 def verdict_panels() -> list[Panel]:
-    firing = verdict_catalogue.firing_selector(f'{N}, job=~"$job"')
+    firing = verdict_catalogue.firing_selector(f'{N}, training_job=~"$training_job"')
     return [
         row("Verdicts"),
         stat(
@@ -45,10 +45,10 @@ def verdict_panels() -> list[Panel]:
         verdict_catalogue.verdict_table(
             "Verdicts by node and job",
             "Every firing bottleneck verdict with the node, training job and rank it is about (a verdict "
-            "about a node carries the scrape job). The verdict timeline dashboard shows each verdict's "
+            "about a node has no training job). The verdict timeline dashboard shows each verdict's "
             "signal, threshold, advice and runbook.",
-            f'{N}, job=~"$job"',
-            "instance, job, rank",
+            f'{N}, training_job=~"$training_job"',
+            "instance, training_job, rank",
             width=18,
             height=8,
         ),
@@ -105,7 +105,7 @@ def gpu_panels() -> list[Panel]:
             "Training jobs reporting",
             "Training jobs whose hook pushed a step to any exporter.",
             "short",
-            [Query(f'count(count by (job) (bottleneck_train_info{{{N}, job=~"$job"}}))')],
+            [Query(f'count(count by (training_job) (bottleneck_train_info{{{N}, training_job=~"$training_job"}}))')],
             width=6,
             decimals=0,
         ),
@@ -144,7 +144,7 @@ def gpu_panels() -> list[Panel]:
 
 def job_panels() -> list[Panel]:
     data_wait = threshold("data_wait_ratio")
-    jobs = f'{N}, job=~"$job"'
+    jobs = f'{N}, training_job=~"$training_job"'
     return [
         row("Training jobs"),
         timeseries(
@@ -154,10 +154,10 @@ def job_panels() -> list[Panel]:
             "percentunit",
             [
                 Query(
-                    f'sum by (job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, phase="data_wait"}}'
-                    f"[{RI}])) / sum by (job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, "
+                    f'sum by (training_job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, phase="data_wait"}}'
+                    f"[{RI}])) / sum by (training_job) (rate(bottleneck_train_phase_seconds_total{{{jobs}, "
                     f'phase="step"}}[{RI}]))',
-                    "{{job}}",
+                    "{{training_job}}",
                 )
             ],
             width=12,
@@ -169,7 +169,8 @@ def job_panels() -> list[Panel]:
             "Samples per second per job",
             "Training throughput of each job, all ranks together.",
             "short",
-            [Query(f"sum by (job) (rate(bottleneck_train_samples_total{{{jobs}}}[{RI}]))", "{{job}}")],
+            [Query(f"sum by (training_job) (rate(bottleneck_train_samples_total{{{jobs}}}[{RI}]))",
+                   "{{training_job}}")],
             width=12,
             min_value=0,
         ),

@@ -578,7 +578,7 @@ def build(regenerate: str) -> dict[str, Any]:
         "Bottleneck verdicts firing now about this node, its GPUs and the ranks running on it. The verdict "
         "timeline dashboard shows each one's signal, threshold, advice and runbook.",
         N,
-        "instance, job, rank, gpu, process, device",
+        "instance, training_job, rank, gpu, process, device",
         height=5,
     )
     panels = [

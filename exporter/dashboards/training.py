@@ -1,6 +1,6 @@
 """Training-job view: where each rank's step time goes, from the hook's per-step timings.
 
-Reads the push receiver's ``bottleneck_train_*`` series for one ``$job`` (and ``$rank``); answers "is this
+Reads the push receiver's ``bottleneck_train_*`` series for one ``$training_job`` (and ``$rank``); answers "is this
 job input-bound, compute-bound or held back by one rank, and how fast is it going?".
 """
 
@@ -24,7 +24,7 @@ from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, job_variable
 
 UID = "bottleneck-training"
-J = 'job=~"$job", rank=~"$rank"'
+J = 'training_job=~"$training_job", rank=~"$rank"'
 RI = "$__rate_interval"
 
 
@@ -48,7 +48,7 @@ def local_work_seconds(by: str) -> str:
 
 
 def ratio_to_job_median(per_rank: str) -> str:
-    return f"{per_rank} / on (job) group_left quantile by (job) (0.5, {per_rank})"
+    return f"{per_rank} / on (training_job) group_left quantile by (training_job) (0.5, {per_rank})"
 
 
 def step_panels() -> list[Panel]:
@@ -80,7 +80,7 @@ def step_panels() -> list[Panel]:
             "Share of all ranks' step time spent waiting for the DataLoader; above "
             "the input-bound threshold the GPUs starve for data.",
             "percentunit",
-            [Query(f"{phase_rate('data_wait', 'job')} / {phase_rate('step', 'job')}")],
+            [Query(f"{phase_rate('data_wait', 'training_job')} / {phase_rate('step', 'training_job')}")],
             width=8,
             height=9,
             thresholds=[Threshold(data_wait, "red")],
@@ -163,11 +163,11 @@ def throughput_panels() -> list[Panel]:
             "short",
             [
                 Query(
-                    ratio_to_job_median(mean_step_seconds("job, rank, instance")),
+                    ratio_to_job_median(mean_step_seconds("training_job, rank, instance")),
                     "rank {{rank}} ({{instance}}) step",
                 ),
                 Query(
-                    ratio_to_job_median(local_work_seconds("job, rank, instance")),
+                    ratio_to_job_median(local_work_seconds("training_job, rank, instance")),
                     "rank {{rank}} ({{instance}}) local work",
                 ),
             ],
@@ -182,13 +182,15 @@ def throughput_panels() -> list[Panel]:
             "s",
             [
                 Query(
-                    f"max by (job, rank, instance, local_rank, world_size, device) (bottleneck_train_info{{{J}}})",
+                    "max by (training_job, rank, instance, local_rank, world_size, device) "
+                    f"(bottleneck_train_info{{{J}}})",
                     instant=True,
                     table=True,
                 ),
-                Query(mean_step_seconds("job, rank, instance"), instant=True, table=True),
+                Query(mean_step_seconds("training_job, rank, instance"), instant=True, table=True),
                 Query(
-                    f"time() - max by (job, rank, instance) (bottleneck_train_last_step_timestamp_seconds{{{J}}})",
+                    "time() - max by (training_job, rank, instance) "
+                    f"(bottleneck_train_last_step_timestamp_seconds{{{J}}})",
                     instant=True,
                     table=True,
                 ),
@@ -303,13 +305,13 @@ def build(regenerate: str) -> dict[str, Any]:
         query_variable(
             "rank",
             "Rank",
-            'label_values(bottleneck_train_info{job=~"$job"}, rank)',
+            'label_values(bottleneck_train_info{training_job=~"$training_job"}, rank)',
             description="Global ranks of the job.",
         ),
         query_variable(
             "instance",
             "Node",
-            'label_values(bottleneck_train_info{job=~"$job"}, instance)',
+            'label_values(bottleneck_train_info{training_job=~"$training_job"}, instance)',
             description="Nodes the job's ranks run on.",
         ),
         gpu_variable("GPUs on the job's nodes."),
@@ -318,8 +320,8 @@ def build(regenerate: str) -> dict[str, Any]:
         "Verdicts on this job",
         "Bottleneck verdicts firing now about this job's ranks (input-bound, IO-bound, straggler, stalled, "
         "imbalance, launch-bound). The verdict timeline dashboard shows each one's signal and advice.",
-        'job=~"$job"',
-        "instance, job, rank",
+        'training_job=~"$training_job"',
+        "instance, training_job, rank",
         height=5,
     )
     panels = [row("Verdicts"), verdicts, *step_panels(), *throughput_panels(), *gpu_panels(), *loader_panels()]

@@ -1,4 +1,4 @@
-"""The template variables several dashboards offer: ``$instance`` (node), ``$job`` (training job), ``$gpu``.
+"""The template variables several dashboards offer: ``$instance`` (node), ``$training_job`` (training job), ``$gpu``.
 
 The dashboards' links carry their variables from one dashboard to the next (``includeVars``), so a node, a
 job or a GPU must be found by the same query wherever it is offered; only the wording and whether one or
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.dashboards.panels import query_variable
+from exporter.push.schema import JOB_LABEL
 
 
 def node_variable(*, single: bool = False, description: str = "Nodes (scrape targets).") -> dict[str, Any]:
@@ -27,13 +28,13 @@ def node_variable(*, single: bool = False, description: str = "Nodes (scrape tar
 def job_variable(
     *,
     single: bool = False,
-    description: str = "Training jobs sent by the hook; verdicts about a node carry the scrape job.",
+    description: str = "Training jobs sent by the hook (label training_job); verdicts about a node have none.",
 ) -> dict[str, Any]:
     """Every training job whose hook pushed a step; ``single``: exactly one."""
     return query_variable(
-        "job",
+        JOB_LABEL,
         "Training job",
-        "label_values(bottleneck_train_info, job)",
+        f"label_values(bottleneck_train_info, {JOB_LABEL})",
         multi=not single,
         include_all=not single,
         description=description,

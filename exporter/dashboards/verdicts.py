@@ -24,6 +24,7 @@ from exporter.dashboards.panels import (
 from exporter.dashboards.variables import job_variable, node_variable
 from exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
 from exporter.heuristics.catalogue import GROUPS
+from exporter.push.schema import JOB_LABEL
 
 UID = "bottleneck-verdicts"
 GROUP_TITLES = {
@@ -36,8 +37,8 @@ GROUP_TITLES = {
 
 def matchers(verdict: Verdict) -> str:
     found = ['instance=~"$instance"']
-    if "job" in verdict.heuristic.scope:
-        found.append('job=~"$job"')
+    if JOB_LABEL in verdict.heuristic.scope:
+        found.append(f'{JOB_LABEL}=~"${JOB_LABEL}"')
     return ", ".join(found)
 
 
@@ -86,13 +87,14 @@ def verdict_panel(verdict: Verdict) -> Panel:
 
 
 def build(regenerate: str) -> dict[str, Any]:
-    firing = verdict_catalogue.firing_selector('instance=~"$instance", job=~"$job"')
+    firing = verdict_catalogue.firing_selector('instance=~"$instance", training_job=~"$training_job"')
     timeline = state_timeline(
         "Verdicts over time",
         "One lane per verdict, node, job and rank: coloured while the verdict fires. Read it against a "
         "change you made (workers, batch size, storage) to see whether the verdict went away.",
         "none",
-        [Query(f"max by (alertname, instance, job, rank) ({firing})", "{{alertname}} {{instance}} {{job}} {{rank}}")],
+        [Query(f"max by (alertname, instance, training_job, rank) ({firing})",
+               "{{alertname}} {{instance}} {{training_job}} {{rank}}")],
         states={"1": ("firing", "red")},
     )
     panels: list[Panel] = [row("Timeline"), timeline]

@@ -11,9 +11,10 @@ recording rule. :func:`resolve` fills them in (parameters may be overridden) and
     expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (instance) (...)
     labels: {severity: warning}
 
-Label conventions the expressions rely on: per-rank series carry ``job`` (the training job, kept by
-``honor_labels: true`` in the scrape config) and ``rank``; every series carries ``instance``; cross-kind
-joins (a rank with its node or GPU) match ``on (instance)`` only.
+Label conventions the expressions rely on: per-rank series carry ``training_job`` (the training job's name,
+``exporter.push.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
+and ``rank``; every series carries ``instance``; ``job`` is Prometheus' scrape job, read only by the
+exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Heuristic:
     advice: str
     meaning: str  # runbook: what it means and why it matters
     evidence: str  # runbook: what to look at to confirm it
-    scope: tuple[str, ...]  # labels that name the subject: ("instance", "job", "rank")
+    scope: tuple[str, ...]  # labels that name the subject: ("instance", "training_job", "rank")
     unit: str  # Grafana unit of $value: percentunit, s, celsius, short
     group: str
     tiers: tuple[Tier, ...] = (Tier("warning"),)
@@ -290,14 +291,16 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            f"(rate(bottleneck_train_gpu_busy_seconds_total[{W}]) + rate(bottleneck_train_gpu_idle_seconds_total[{W}]))",
            "training"),
     Record("step_vs_median", f"job_rank:bottleneck_train_step_seconds:ratio_to_job_median{W}",
-           "<<step_mean>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<step_mean>>)", "training"),
+           "<<step_mean>>\n/ on (training_job) group_left ()\nquantile by (training_job) (0.5, <<step_mean>>)",
+           "training"),
     # In a synchronous job every rank's step is as long as the slowest rank's; what differs is how long
     # each waits for the others. The step minus that wait is the rank's own work, wherever it is spent
     # (in a phase or between phases): the rank the others wait for is the one with the most.
     Record("own_work", f"job_rank:bottleneck_train_own_work_seconds:mean{W}", "<<step_mean>> - <<collective_wait>>",
            "training"),
     Record("own_vs_median", f"job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median{W}",
-           "<<own_work>>\n/ on (job) group_left ()\nquantile by (job) (0.5, <<own_work>>)", "training"),
+           "<<own_work>>\n/ on (training_job) group_left ()\nquantile by (training_job) (0.5, <<own_work>>)",
+           "training"),
     # Seconds per step in each place a rank's time can go: the named phases (backward without the
     # collective wait where the rank reports it) and between_phases (its own code outside them).
     Record("phase_per_step", f"job_rank_phase:bottleneck_train_phase_seconds:per_step_rate{W}",
@@ -305,26 +308,27 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
            f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
            f'  (\n    rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
            f'    - ignoring (phase)\n    rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}])\n  )\n'
-           f'  / rate(bottleneck_train_steps_total[{W}]),\n  "phase", "backward", "job", ".*"\n)\nor\n'
+           f'  / rate(bottleneck_train_steps_total[{W}]),\n  "phase", "backward", "phase", ".*"\n)\nor\n'
            f'rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
            f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
            f'  (\n    sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))\n'
            f'    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|'
            f'backward|optimizer"}}[{W}]))\n  )\n  / rate(bottleneck_train_steps_total[{W}]),\n'
-           '  "phase", "between_phases", "job", ".*"\n)', "training"),
+           '  "phase", "between_phases", "phase", ".*"\n)', "training"),
     # Each place's seconds per step above the job's median for it, plus a nanosecond-scale priority per
     # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest.
     Record("phase_excess", f"job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate{W}",
-           "<<phase_per_step>>\n- on (job, phase) group_left ()\nquantile by (job, phase) (0.5, <<phase_per_step>>)"
+           "<<phase_per_step>>\n- on (training_job, phase) group_left ()\n"
+           "quantile by (training_job, phase) (0.5, <<phase_per_step>>)"
            "\n+ on (phase) group_left ()\n(\n" + "\n  or ".join(
-               f'  label_replace(vector({priority}e-09), "phase", "{place}", "job", ".*")'.lstrip(" ") if i else
-               f'  label_replace(vector({priority}e-09), "phase", "{place}", "job", ".*")'
+               f'  label_replace(vector({priority}e-09), "phase", "{place}", "phase", ".*")'.lstrip(" ") if i else
+               f'  label_replace(vector({priority}e-09), "phase", "{place}", "phase", ".*")'
                for i, (priority, place) in enumerate(((5, "between_phases"), (4, "data_wait"), (3, "forward"),
                                                       (2, "backward"), (1, "optimizer")))) + "\n)", "training"),
     # Where each rank's time goes beyond its peers': the place with the largest excess (label phase).
     Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
-           "<<phase_excess>>\n== on (instance, job, rank) group_left ()\n"
-           "max by (instance, job, rank) (<<phase_excess>>)", "training"),
+           "<<phase_excess>>\n== on (instance, training_job, rank) group_left ()\n"
+           "max by (instance, training_job, rank) (<<phase_excess>>)", "training"),
     Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
@@ -478,7 +482,7 @@ def _xid_runbook(codes: str) -> str:
                                for code in codes.split("|"))
 
 
-RANK = ("instance", "job", "rank")
+RANK = ("instance", "training_job", "rank")
 NODE = ("instance",)
 GPU = ("instance", "gpu", "uuid")
 
@@ -488,8 +492,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         verdict="input-bound (data loading)",
         expr="<<data_wait>> > ${data_wait_ratio}\nunless on (instance) (\n  " + IO_BLOCKED + "\n)",
         for_="5m",
-        summary="Training job {{ $labels.job }} is input-bound: the GPU waits for the DataLoader.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} waits for the "
+        summary="Training job {{ $labels.training_job }} is input-bound: the GPU waits for the DataLoader.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for the "
         "next batch {{ $value | humanizePercentage }} of every step (threshold ${data_wait_ratio:pct}).",
         advice="Raise DataLoader num_workers (4, 8, 16; not above the free cores), set pin_memory=True, "
         "persistent_workers=True and a prefetch_factor; make transforms cheaper or move augmentation to "
@@ -536,8 +540,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         verdict="IO-bound (input blocked on storage)",
         expr="<<data_wait>> > ${data_wait_ratio}\nand on (instance) (\n  " + IO_BLOCKED + "\n)",
         for_="5m",
-        summary="Training job {{ $labels.job }} waits for storage, not for CPU.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} waits for the "
+        summary="Training job {{ $labels.training_job }} waits for storage, not for CPU.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for the "
         "next batch {{ $value | humanizePercentage }} of every step while its loader threads are not busy "
         "and the node stalls on IO (PSI io above ${io_pressure_ratio:pct} or a disk busy above "
         "${disk_busy_ratio:pct}).",
@@ -732,11 +736,11 @@ HEURISTICS: tuple[Heuristic, ...] = (
         expr="0 * (<<data_wait>> < ${launch_bound_data_wait})\n+ on (instance) group_left ()\n"
         "(max by (instance) (<<gpu_util>>) < ${launch_bound_gpu_util})\n"
         "unless on (instance) <<cpu_busy>> > ${cpu_busy_ratio}\n"
-        'and on (instance, job, rank) bottleneck_train_info{device=~"cuda.*"}',
+        'and on (instance, training_job, rank) bottleneck_train_info{device=~"cuda.*"}',
         for_="15m",
-        summary="Job {{ $labels.job }} underuses its GPU although data arrives in time.",
+        summary="Job {{ $labels.training_job }} underuses its GPU although data arrives in time.",
         description="No GPU on {{ $labels.instance }} is more than {{ $value | humanizePercentage }} busy while "
-        "rank {{ $labels.rank }} of job {{ $labels.job }} waits for data less than "
+        "rank {{ $labels.rank }} of job {{ $labels.training_job }} waits for data less than "
         "${launch_bound_data_wait:pct} of its steps and the CPUs are not saturated.",
         advice="Give the GPU bigger pieces of work: larger batch, CUDA graphs, torch.compile, fused "
         "optimizers; avoid per-step host synchronisation (.item(), .cpu()).",
@@ -802,10 +806,10 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="GpuImbalance",
         verdict="GPU imbalance in a job",
-        expr="max by (job) (<<gpu_busy>>) - min by (job) (<<gpu_busy>>)\n> ${gpu_imbalance_spread}",
+        expr="max by (training_job) (<<gpu_busy>>) - min by (training_job) (<<gpu_busy>>)\n> ${gpu_imbalance_spread}",
         for_="10m",
-        summary="The GPUs of job {{ $labels.job }} are unevenly loaded.",
-        description="The busiest and the idlest rank of job {{ $labels.job }} differ by "
+        summary="The GPUs of job {{ $labels.training_job }} are unevenly loaded.",
+        description="The busiest and the idlest rank of job {{ $labels.training_job }} differ by "
         "{{ $value | humanizePercentage }} in GPU busy time (threshold ${gpu_imbalance_spread:pct}).",
         advice="Balance the work: parallel strategy (pipeline stages, tensor-parallel split), uneven "
         "sharding or sequence lengths, a slow input pipeline on some ranks.",
@@ -814,18 +818,18 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "ranks on different nodes compare directly.",
         evidence="`bottleneck_train_gpu_busy_seconds_total` / `..._idle_seconds_total` per rank, "
         "`bottleneck_train_info` (device per rank).",
-        scope=("job",), unit="percentunit", group="training",
+        scope=("training_job",), unit="percentunit", group="training",
     ),
     Heuristic(
         name="StragglerRank",
         verdict="straggler rank",
         # The joins add two labels: phase (where the rank's extra time goes) and cause (what its node shows).
         expr="(\n<<step_vs_median>> > ${straggler_factor}\nor\n<<own_vs_median>> > ${straggler_factor}\n)\n"
-        "+ on (instance, job, rank) group_left (phase) (0 * <<slow_phase>>)\n"
+        "+ on (instance, training_job, rank) group_left (phase) (0 * <<slow_phase>>)\n"
         "+ on (instance) group_left (cause) (0 * <<node_cause>>)",
         for_="10m",
-        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} is a straggler.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} is "
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} is a straggler.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} is "
         "{{ $value | humanize }} times the job's median in step time or, where the collectives even step "
         "times out, in own work per step (the step minus its wait in collectives; threshold "
         "${straggler_factor}). Its extra time goes to {{ $labels.phase }} (between_phases: its own code "
@@ -871,9 +875,9 @@ HEURISTICS: tuple[Heuristic, ...] = (
         verdict="communication-bound (distributed)",
         expr="<<collective>> > ${collective_ratio}",
         for_="10m",
-        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} spends most of its step in collectives.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} has a collective "
-        "(gradient all-reduce) in flight {{ $value | humanizePercentage }} of every step (threshold "
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} spends most of its step in collectives.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} has a "
+        "collective (gradient all-reduce) in flight {{ $value | humanizePercentage }} of every step (threshold "
         "${collective_ratio:pct}).",
         advice="Communicate less or hide it: larger DDP buckets (bucket_cap_mb=100 or more) so fewer, bigger "
         "all-reduces overlap backward; gradient accumulation (no_sync() on the micro-batches) or a larger "
@@ -898,11 +902,11 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "> ${stall_factor}\n"
         "  * (bottleneck_train_step_duration_seconds_sum / bottleneck_train_step_duration_seconds_count)\n"
         "and (time() - bottleneck_train_last_step_timestamp_seconds) > ${stall_min_seconds}\n"
-        "and on (instance, job) count by (instance, job) (bottleneck_training_process_info)",
+        "and on (instance, training_job) count by (instance, training_job) (bottleneck_training_process_info)",
         for_="2m",
-        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} has stopped making progress.",
-        description="Rank {{ $labels.rank }} of job {{ $labels.job }} on {{ $labels.instance }} finished no step "
-        "for {{ $value | humanizeDuration }}, more than ${stall_factor} times its mean step time, while its "
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} has stopped making progress.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} finished "
+        "no step for {{ $value | humanizeDuration }}, more than ${stall_factor} times its mean step time, while its "
         "process is alive (critical after ${stall_factor_critical} times and ${stall_min_seconds_critical} s).",
         advice="Probably a hang: dump the Python stacks (py-spy dump --pid PID), check NCCL (NCCL_DEBUG=INFO, "
         "TORCH_NCCL_ASYNC_ERROR_HANDLING), look for a dead peer rank or a full disk.",

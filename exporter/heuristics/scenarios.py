@@ -8,6 +8,9 @@ and one that must not fire *yet* because its ``for:`` has not elapsed. The same 
 
 so the PromQL and the Python side cannot drift. Scenario names say which failure they guard against.
 
+Series carry the labels a Prometheus scrape with ``honor_labels: false`` gives them: ``job`` is the scrape
+job (``EXPORTER_JOB``) on every series of the exporter, the training job's name is ``training_job``.
+
 Series are written per minute (the promtool ``interval``); ``Timeline.start`` is the minute at which
 the situation begins (a job starts, a disk saturates); before it, node and GPU series show ``before``
 values and training series are absent.
@@ -239,7 +242,7 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
     return [series("bottleneck_gpu_ecc_errors_total", labels, track)]
 
 
-def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TRAIN_JOB, step: float = 0.5,
+def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
          collective: float | None = None) -> list[Series]:
@@ -248,7 +251,7 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TR
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
     as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume)."""
-    labels = {"instance": instance, "job": job, "rank": rank_}
+    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
 
     def stalled(m: int) -> bool:
         return stall is not None and stall[0] <= m < stall[1]
@@ -296,7 +299,7 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, job: str = TR
     return out
 
 
-def process(tl: Timeline, instance: str = INSTANCE, job: str = TRAIN_JOB, local_rank: str = "0",
+def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
             workers_cpu: float | None = None) -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
@@ -311,7 +314,7 @@ def process(tl: Timeline, instance: str = INSTANCE, job: str = TRAIN_JOB, local_
                 for m in range(tl.length + 1)]
 
     out = [
-        series("bottleneck_training_process_info", {"instance": instance, "job": job, **proc,
+        series("bottleneck_training_process_info", {**target, "training_job": training_job, **proc,
                                                     "discovered_by": "hook"}, present(1)),
         series("bottleneck_training_busiest_thread_cpu_ratio", {**target, **proc, "role": "main"}, present(main)),
         series("bottleneck_training_dataloader_workers_found", {**target, **proc}, present(workers)),
@@ -399,7 +402,7 @@ class Scenario:
         return f"{self.alert} {self.severity} {self.kind}: {self.name}"
 
 
-RANK0 = {"instance": INSTANCE, "job": TRAIN_JOB, "rank": "0"}
+RANK0 = {"instance": INSTANCE, "job": EXPORTER_JOB, "training_job": TRAIN_JOB, "rank": "0"}
 NODE1 = {"instance": INSTANCE, "job": EXPORTER_JOB}
 GPU0 = {**NODE1, "gpu": "0", "uuid": "GPU-5e1f7c3a-0000"}
 PROC0 = {**NODE1, "process": "train.py", "local_rank": "0"}
@@ -408,7 +411,8 @@ NO_CAUSE = "none of its node's signals stands out: work only this rank does"
 
 def straggler(instance: str, rank_: str, phase: str, cause: str) -> dict[str, str]:
     """The labels of a StragglerRank alert: the rank, where its extra time goes, what its node shows."""
-    return {"instance": instance, "job": TRAIN_JOB, "rank": rank_, "phase": phase, "cause": cause}
+    return {"instance": instance, "job": EXPORTER_JOB, "training_job": TRAIN_JOB, "rank": rank_, "phase": phase,
+            "cause": cause}
 
 
 def _s(alert: str, kind: str, name: str, build: Callable[[Timeline], list[Series]], *expect: Expect,
@@ -588,12 +592,12 @@ def _cases() -> list[Scenario]:
         # -- cross-node -------------------------------------------------------------------------------
         _s("GpuImbalance", FIRES, "rank_on_second_node_gpu_30pct_busy_vs_90pct",
            lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.3),
-           e({"job": TRAIN_JOB}, 0.6)),
+           e({"training_job": TRAIN_JOB}, 0.6)),
         _s("GpuImbalance", NEAR_MISS, "ranks_90pct_and_60pct_busy",
            lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.6)),
         _s("GpuImbalance", NOT_YET, "imbalanced_job_started_recently",
            lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.3),
-           e({"job": TRAIN_JOB}, 0.6)),
+           e({"training_job": TRAIN_JOB}, 0.6)),
         _s("StragglerRank", FIRES, "ddp_rank_3_slow_loader_shows_in_own_work_not_step_time",
            lambda t: ddp_job(t, slow_rank_data_wait=0.4),
            e(straggler(INSTANCE_2, "3", "data_wait", NO_CAUSE), 0.65 / 0.45)),

@@ -9,8 +9,8 @@ Lightning: ``exporter.hook.lightning.BottleneckCallback``; Hugging Face: ``expor
 BottleneckCallback``. Importing this package needs neither torch, Lightning nor transformers: torch is
 imported only once a model is attached. What the exporter then shows::
 
-    bottleneck_train_phase_seconds_total{job="train",rank="0",phase="data_wait"} 10.2
-    bottleneck_train_steps_total{job="train",rank="0"} 120.0
+    bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_steps_total{training_job="train",rank="0"} 120.0
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ their time is a phase of its own, not part of the partition of the step. It is t
 at least one of the rank's collectives was in flight (launched, not yet completed), which includes the time
 spent waiting for the slowest peer to join::
 
-    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="collective"} 4.2
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
 
 How: DDP's default all-reduce, registered as a communication hook (``torch.distributed`` ``allreduce_hook``,
 the same arithmetic: divide by the world size, sum) whose launch and completion are timed with

@@ -5,7 +5,7 @@ of ``nn.Module._call_impl`` (closure, hook-dict walks, try/except), which measur
 inside a real training step (benchmarks/hook_overhead.py). An instance attribute ``forward`` keeps
 ``_call_impl`` on its fast path and costs one extra call. It feeds::
 
-    bottleneck_train_phase_seconds_total{job="train",rank="0",phase="forward"} 0.9
+    bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="forward"} 0.9
 
 The wrapper stays out of the way of what users do with models: ``inspect.signature(model.forward)`` sees
 the original (``__wrapped__``), ``copy.deepcopy(model)`` (EMA models) gets an unwrapped copy, pickling the

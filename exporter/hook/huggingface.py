@@ -5,8 +5,8 @@ data wait. Forward is timed by hooks on the model (outermost forward, samples co
 argument), backward runs from the end of the forward to the next micro-batch or ``on_pre_optimizer_step``,
 the optimizer from there to ``on_optimizer_step``. The exporter shows::
 
-    bottleneck_train_phase_seconds_total{job="train",rank="0",phase="backward"} 1.7
-    bottleneck_train_steps_total{job="train",rank="0"} 120.0
+    bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="backward"} 1.7
+    bottleneck_train_steps_total{training_job="train",rank="0"} 120.0
 
 Importing this module imports transformers.
 """

@@ -2,7 +2,7 @@
 
 Reads environment variables only; becomes the labels of every series of the job::
 
-    bottleneck_train_info{job="bert-pretrain",rank="3",local_rank="3",world_size="8",device="cuda:3"} 1.0
+    bottleneck_train_info{training_job="bert-pretrain",rank="3",local_rank="3",world_size="8",device="cuda:3"} 1.0
 
 In a Kubernetes pod the rank also reports its pod (``bottleneck_train_kubernetes_info``): ``POD_NAME`` and
 ``POD_NAMESPACE`` (set them from the downward API), else ``HOSTNAME`` (the pod name, unless the pod uses the

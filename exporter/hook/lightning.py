@@ -5,8 +5,8 @@ Maps Lightning's hooks onto the session's phases: from one batch's end to the ne
 ``on_before_backward`` to ``on_after_backward`` is backward, ``on_before_optimizer_step`` to the batch end is
 the optimizer step. With ``accumulate_grad_batches`` one step is one optimizer step. The exporter shows::
 
-    bottleneck_train_phase_seconds_total{job="train",rank="0",phase="forward"} 0.9
-    bottleneck_train_steps_total{job="train",rank="0"} 120.0
+    bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="forward"} 0.9
+    bottleneck_train_steps_total{training_job="train",rank="0"} 120.0
 
 Works with ``pytorch_lightning`` and ``lightning.pytorch``: the callback derives from whichever the script
 imported first (Lightning checks the class of its callbacks). Importing this module imports Lightning.

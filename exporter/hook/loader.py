@@ -4,8 +4,8 @@ Wraps the DataLoader so that time inside its iterator's ``__next__`` is data wai
 and the optimizer's step, and reads the loader's settings and worker PIDs. The training loop is unchanged;
 the exporter then shows::
 
-    bottleneck_train_phase_seconds_total{job="train",rank="0",phase="data_wait"} 10.2
-    bottleneck_train_dataloader_num_workers{job="train",rank="0"} 0.0
+    bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_dataloader_num_workers{training_job="train",rank="0"} 0.0
 
 The wrapper forwards everything else (``len()``, attributes) to the loader, and exceptions of the loader's
 iterator pass through untouched.

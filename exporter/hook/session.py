@@ -5,9 +5,9 @@ The plain-PyTorch wrapper (``exporter.hook.loader``), the Lightning and the Hugg
 ``interval`` seconds its sender thread (``exporter.hook.sender``) sends one datagram of cumulative totals
 when steps were made since the last, which the exporter turns into::
 
-    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="data_wait"} 10.2
-    bottleneck_train_steps_total{job="resnet",rank="0"} 120.0
-    bottleneck_train_dataloader_num_workers{job="resnet",rank="0"} 0.0
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_steps_total{training_job="resnet",rank="0"} 120.0
+    bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
 
 Every entry point is guarded: an internal error is counted, never raised into training; after
 ``MAX_ERRORS`` the session switches itself off and logs one warning. Torch is imported lazily, only once a

@@ -6,8 +6,8 @@ later. ``GpuTimer`` records an event at the same marks and reads them back steps
 ``query()`` says the GPU has passed them: it never calls ``synchronize()`` or anything else that waits on
 the device. Both end up as cumulative totals in the datagram::
 
-    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="forward"} 0.9
-    bottleneck_train_gpu_phase_seconds_total{job="resnet",rank="0",phase="forward"} 0.8
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="forward"} 0.9
+    bottleneck_train_gpu_phase_seconds_total{training_job="resnet",rank="0",phase="forward"} 0.8
 
 Imports nothing from torch: the GPU timer takes an event factory (``torch.cuda.Event`` in real use, a fake
 in tests).

@@ -6,7 +6,7 @@ restarting, its queue full, permission denied) drops the datagram and counts it 
 simply tries again, so the hook recovers by itself when the exporter comes back. The exporter shows the count
 once a datagram gets through::
 
-    bottleneck_train_hook_dropped_datagrams_total{job="resnet",rank="0"} 3.0
+    bottleneck_train_hook_dropped_datagrams_total{training_job="resnet",rank="0"} 3.0
 
 Fork-safe: a forked child (a DataLoader worker) never sends, checked by PID and by ``os.register_at_fork``,
 which also closes the child's copy of the socket.

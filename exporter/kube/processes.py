@@ -3,7 +3,7 @@
 Used by the training-process collector, which adds the result to its series (only for processes in a pod;
 elsewhere the series are unchanged)::
 
-    bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu",
+    bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu",
                                      namespace="ml",pod="bert-worker-0",container="trainer",uid="5f0c…"} 1.0
     bottleneck_training_cpu_seconds_total{process="train.py",local_rank="0",role="main",mode="user",
                                           namespace="ml",pod="bert-worker-0",container="trainer"} 812.4

@@ -1,11 +1,12 @@
 """Metric families built, fresh on every scrape, from the job store and the receiver's counters.
 
-Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per job and rank::
+Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per training job (label
+``schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
 
-    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="data_wait"} 10.2
-    bottleneck_train_phase_seconds_total{job="resnet",rank="0",phase="collective"} 4.2
-    bottleneck_train_step_duration_seconds_bucket{job="resnet",rank="0",le="0.25"} 103.0
-    bottleneck_train_dataloader_num_workers{job="resnet",rank="0"} 0.0
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
+    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
+    bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
+    bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
 
 plus the receiver's own ``bottleneck_push_*`` series. Names follow docs/metrics.md ("push receiver").
 """
@@ -27,6 +28,7 @@ from exporter.push.schema import (
     GPU_MEMORY,
     GPU_PHASES,
     HOST_PHASES,
+    JOB_LABEL,
     REASONS,
     STEP_BUCKETS,
     GpuTotals,
@@ -35,7 +37,7 @@ from exporter.push.schema import (
 )
 from exporter.push.store import RankState
 
-_JR = ["job", "rank"]
+_JR = [JOB_LABEL, "rank"]
 _MEMORY_NAMES = {
     "memory_allocated_bytes": ("allocated", "memory held by tensors (torch.cuda.memory_allocated)"),
     "memory_reserved_bytes": ("reserved", "memory held by the caching allocator (memory_reserved)"),

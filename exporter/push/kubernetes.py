@@ -1,24 +1,26 @@
 """The pod each pushing rank runs in, as the hook reported it from inside the pod: one info series per rank::
 
-    bottleneck_train_kubernetes_info{job="bert",rank="3",namespace="ml",pod="bert-worker-3",container="trainer"} 1.0
+    bottleneck_train_kubernetes_info{training_job="bert",rank="3",namespace="ml",pod="bert-worker-3",
+                                     container="trainer"} 1.0
 
 Absent for ranks outside Kubernetes. Join it onto any per-rank series::
 
     rate(bottleneck_train_steps_total[5m])
-      * on (job, rank) group_left (namespace, pod, container) bottleneck_train_kubernetes_info
+      * on (training_job, rank) group_left (namespace, pod, container) bottleneck_train_kubernetes_info
 """
 
 from __future__ import annotations
 
 from prometheus_client.metrics_core import GaugeMetricFamily
 
+from exporter.push.schema import JOB_LABEL
 from exporter.push.store import RankState
 
 
 def kubernetes_info(ranks: list[RankState]) -> GaugeMetricFamily:
     family = GaugeMetricFamily("bottleneck_train_kubernetes_info",
                                "Kubernetes pod a training rank runs in, as its hook reports it; value is always 1.",
-                               labels=["job", "rank", "namespace", "pod", "container"])
+                               labels=[JOB_LABEL, "rank", "namespace", "pod", "container"])
     for state in sorted(ranks, key=lambda s: (s.snapshot.job, s.snapshot.rank)):
         pod = state.snapshot.kubernetes
         if pod is not None and pod.pod:

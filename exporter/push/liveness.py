@@ -11,7 +11,7 @@ A process is named by its PID *and* its start time (field 22 of ``stat``, clock 
 its first datagram arrives: once the trainer exits and the kernel gives its PID to a new process, the start
 time differs and the rank is no longer held. Exposes nothing itself; what it keeps shows as, e.g.::
 
-    bottleneck_train_last_step_timestamp_seconds{job="resnet",rank="0"} 1.7180000252e+09
+    bottleneck_train_last_step_timestamp_seconds{training_job="resnet",rank="0"} 1.7180000252e+09
     bottleneck_push_ranks 8.0
 """
 

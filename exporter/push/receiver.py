@@ -6,7 +6,7 @@ prometheus_client collector::
 
     bottleneck_push_datagrams_total 5120.0
     bottleneck_push_rejected_total{reason="bad_schema"} 2.0
-    bottleneck_train_steps_total{job="resnet",rank="0"} 1200.0
+    bottleneck_train_steps_total{training_job="resnet",rank="0"} 1200.0
 
 Bad input is counted by reason and dropped; nothing a sender does can raise out of the receive loop. On the
 Unix socket the kernel tells us the sender's PID and uid (SO_PASSCRED), the PID translated into our PID

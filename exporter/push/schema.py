@@ -40,6 +40,10 @@ REASONS = (
     "too_many_jobs", "too_many_ranks", "not_owner",
 )
 
+# The Prometheus label that carries the training job's name on every series the exporter derives from it.
+# Not ``job``: Prometheus owns that one (the scrape config's name); with honor_labels: false (the default, and
+# what prometheus-operator's overrideHonorLabels forces) an exported ``job`` becomes ``exported_job``.
+JOB_LABEL = "training_job"
 # Label values end up in every series of the job: bound their length and keep them printable and quote-free.
 JOB_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,128}")
 DEVICE_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,32}")

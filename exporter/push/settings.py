@@ -6,7 +6,7 @@ hook (``exporter.hook``) sends. See docs/hook.md for every flag and the datagram
 running::
 
     bottleneck_push_datagrams_total 5120.0
-    bottleneck_train_phase_seconds_total{job="resnet",phase="data_wait",rank="0"} 10.2
+    bottleneck_train_phase_seconds_total{training_job="resnet",phase="data_wait",rank="0"} 10.2
 
 The options (``OPTIONS``, at the end) are registered and resolved as a collector's are: ``Option`` rows, flags
 from ``exporter.config.add_option_flags``, values by ``exporter.config.option_values`` (registered default <

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from exporter.push.schema import JOB_LABEL
 from exporter.status.recorder import Snapshot
 from exporter.status.verdicts import Verdicts, evaluate
 
@@ -118,14 +119,14 @@ def _jobs(snapshots: Sequence[Snapshot], now: float) -> list[dict[str, Any]]:
     last = snapshots[-1]
     ranks: dict[tuple[str, str], dict[str, Any]] = {}
     for labels, steps in last.values("bottleneck_train_steps_total"):
-        key = (labels.get("job", ""), labels.get("rank", ""))
+        key = _rank_key(labels)
         ranks[key] = {"job": key[0], "rank": key[1], "steps": steps}
     for labels, stamp in last.values("bottleneck_train_last_step_timestamp_seconds"):
-        key = (labels.get("job", ""), labels.get("rank", ""))
+        key = _rank_key(labels)
         if key in ranks:
             ranks[key]["last_step_age_seconds"] = max(0.0, now - stamp)
     for labels, workers in last.values("bottleneck_train_dataloader_num_workers"):
-        key = (labels.get("job", ""), labels.get("rank", ""))
+        key = _rank_key(labels)
         if key in ranks:
             ranks[key]["num_workers"] = int(workers)
     for key, rank in ranks.items():
@@ -136,11 +137,16 @@ def _jobs(snapshots: Sequence[Snapshot], now: float) -> list[dict[str, Any]]:
     return [{"job": job, "ranks": job_ranks} for job, job_ranks in jobs.items()]
 
 
+def _rank_key(labels: Mapping[str, str]) -> tuple[str, str]:
+    """(training job, rank) of a per-rank series."""
+    return labels.get(JOB_LABEL, ""), labels.get("rank", "")
+
+
 def _phase_totals(snapshot: Snapshot, key: tuple[str, str]) -> tuple[dict[str, float], float] | None:
     phases = {labels["phase"]: value for labels, value in snapshot.values("bottleneck_train_phase_seconds_total")
-              if (labels.get("job", ""), labels.get("rank", "")) == key}
+              if _rank_key(labels) == key}
     steps = [value for labels, value in snapshot.values("bottleneck_train_steps_total")
-             if (labels.get("job", ""), labels.get("rank", "")) == key]
+             if _rank_key(labels) == key]
     if "step" not in phases or not steps:
         return None
     return phases, steps[0]

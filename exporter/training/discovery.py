@@ -5,7 +5,7 @@ process for as long as it lives, ``/proc/PID/cmdline``, ``/proc/PID/environ`` (`
 targets of ``/proc/PID/fd/*`` (an open ``/dev/nvidia-uvm`` means a CUDA context). Exposes nothing itself:
 ``exporter.collectors.training`` turns what it finds into series such as
 
-    bottleneck_training_process_info{process="train.py",local_rank="0",job="",discovered_by="gpu"} 1.0
+    bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu"} 1.0
     bottleneck_training_dataloader_workers_found{process="train.py",local_rank="0"} 2.0
 
 A trainer is found, strongest evidence first, because
