@@ -22,6 +22,7 @@ from exporter.dashboards.panels import (
 )
 from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, job_variable
+from exporter.heuristics.catalogue import signal
 
 UID = "bottleneck-training"
 J = 'training_job=~"$training_job", rank=~"$rank"'
@@ -38,17 +39,6 @@ def steps_rate(by: str = "rank") -> str:
 
 def mean_step_seconds(by: str = "rank, instance") -> str:
     return f"{phase_rate('step', by)} / {steps_rate(by)}"
-
-
-def local_work_seconds(by: str) -> str:
-    """Seconds per step a rank works on its own (data wait + forward + optimizer): what the all-reduce in
-    backward does not even out between ranks (the StragglerRank rule compares it too)."""
-    phases = 'phase=~"data_wait|forward|optimizer"'
-    return f"sum by ({by}) (rate(bottleneck_train_phase_seconds_total{{{J}, {phases}}}[{RI}])) / {steps_rate(by)}"
-
-
-def ratio_to_job_median(per_rank: str) -> str:
-    return f"{per_rank} / on (training_job) group_left quantile by (training_job) (0.5, {per_rank})"
 
 
 def step_panels() -> list[Panel]:
@@ -89,7 +79,7 @@ def step_panels() -> list[Panel]:
             "Data-wait share per rank",
             "Share of each rank's step time spent inside the DataLoader iterator's __next__.",
             "percentunit",
-            [Query(f"{phase_rate('data_wait')} / {phase_rate('step')}", "rank {{rank}}")],
+            [Query(signal("data_wait", J), "rank {{rank}}")],
             width=12,
             min_value=0,
             max_value=1,
@@ -156,20 +146,15 @@ def throughput_panels() -> list[Panel]:
         ),
         timeseries(
             "Step time relative to the job median",
-            "Each rank's mean step time, and its local work per step (data wait + forward + optimizer), "
-            "divided by the median over the job's ranks: a rank above the straggler threshold in either "
-            "holds the others back (slow node, throttled GPU, or its own data loading). Under synchronous "
-            "DDP the all-reduce evens step times out, so there only the local work tells the slow rank.",
+            "Each rank's mean step time, and its own work per step (the step minus its wait in collectives), "
+            "divided by the median over the job's ranks, as BottleneckStragglerRank compares them: a rank "
+            "above the straggler threshold in either holds the others back (slow node, throttled GPU, or its "
+            "own data loading). Under synchronous DDP the all-reduce evens step times out, so there only the "
+            "own work tells the slow rank.",
             "short",
             [
-                Query(
-                    ratio_to_job_median(mean_step_seconds("training_job, rank, instance")),
-                    "rank {{rank}} ({{instance}}) step",
-                ),
-                Query(
-                    ratio_to_job_median(local_work_seconds("training_job, rank, instance")),
-                    "rank {{rank}} ({{instance}}) local work",
-                ),
+                Query(signal("step_vs_median", J), "rank {{rank}} ({{instance}}) step"),
+                Query(signal("own_vs_median", J), "rank {{rank}} ({{instance}}) own work"),
             ],
             width=8,
             min_value=0,
