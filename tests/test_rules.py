@@ -18,7 +18,7 @@ import yaml
 
 from exporter.heuristics import catalogue as cat
 from exporter.heuristics import generate
-from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
+from exporter.heuristics.promql import parse
 from exporter.heuristics.scenarios import FIRES, NEAR_MISS, NOT_YET, SCENARIOS
 from exporter.push.receiver import PushReceiver
 from exporter.push.store import JobStore
@@ -147,20 +147,6 @@ def test_overrides_reach_the_rules_and_the_record_names() -> None:
     assert "threshold 30%" in rule.description
 
 
-def _metric_names(node: Node) -> set[str]:
-    if isinstance(node, Selector):
-        return {m.value for m in node.matchers if m.name == "__name__"}
-    if isinstance(node, Call):
-        return set().union(*(_metric_names(a) for a in node.args)) if node.args else set()
-    if isinstance(node, Aggregate):
-        return _metric_names(node.expr)
-    if isinstance(node, Binary):
-        return _metric_names(node.lhs) | _metric_names(node.rhs)
-    if isinstance(node, Negate):
-        return _metric_names(node.expr)
-    return set()
-
-
 def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
     """Regression guard for a renamed metric: the rules would silently never fire."""
     text = "".join(Path(p).read_text() for p in glob.glob(str(ROOT / "tests" / "golden" / "*.prom")))
@@ -180,7 +166,7 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
     exposed |= {s.name for family in receiver.collect() for s in family.samples}
     exposed.add("up")  # Prometheus' own
-    read = set().union(*(_metric_names(parse(rule.inline_expr)) for rule in CATALOGUE.alerts))
+    read = set().union(*(cat.selector_names(parse(rule.inline_expr)) for rule in CATALOGUE.alerts))
     assert read - exposed == set()
     # The sawtooth rule reads two histogram buckets by their bound: they must be the collector's bounds.
     for name in ("sawtooth_idle_le", "sawtooth_busy_le"):

@@ -1165,23 +1165,24 @@ def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Map
     return RECORD_REF.sub(record, expr)
 
 
-def _series_read(node: Node) -> set[str]:
+def selector_names(node: Node) -> set[str]:
+    """Series names the selectors of a parsed expression name (``__name__=...``)."""
     if isinstance(node, Selector):
         return {m.value for m in node.matchers if m.name == "__name__" and m.op == "="}
     if isinstance(node, Call):
-        return set().union(*(_series_read(a) for a in node.args))
+        return set().union(*(selector_names(a) for a in node.args))
     if isinstance(node, Aggregate):
-        return _series_read(node.expr)
+        return selector_names(node.expr)
     if isinstance(node, Binary):
-        return _series_read(node.lhs) | _series_read(node.rhs)
+        return selector_names(node.lhs) | selector_names(node.rhs)
     if isinstance(node, Negate):
-        return _series_read(node.expr)
+        return selector_names(node.expr)
     return set()
 
 
 def series_read(expr: str, params: Mapping[str, float | str]) -> set[str]:
     """Raw series names ``expr`` reads itself (not through the recording rules it refers to)."""
-    return _series_read(parse(RECORD_REF.sub("vector(0)", _fill(expr, params))))
+    return selector_names(parse(RECORD_REF.sub("vector(0)", _fill(expr, params))))
 
 
 def choose_signals(bundle: str, params: Mapping[str, float | str]
