@@ -22,9 +22,11 @@ from exporter.dashboards.panels import (
 )
 from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, job_variable, node_variable
+from exporter.heuristics.catalogue import signal
 
 UID = "bottleneck-fleet"
 N = 'instance=~"$instance"'
+GPUS = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
 
 
@@ -130,7 +132,7 @@ def gpu_panels() -> list[Panel]:
             "percentunit",
             [
                 Query(
-                    f'bottomk(10, avg_over_time(bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}}[$__range]))',
+                    f'bottomk(10, {signal("gpu_util", GPUS, window="$__range")})',
                     "{{instance}} GPU {{gpu}}",
                     instant=True,
                 )
@@ -181,8 +183,7 @@ def job_panels() -> list[Panel]:
             "percentunit",
             [
                 Query(
-                    f'1 - sum by (instance) (rate(bottleneck_cpu_seconds_total{{{N}, mode=~"idle|iowait"}}[{RI}]))'
-                    f" / sum by (instance) (rate(bottleneck_cpu_seconds_total{{{N}}}[{RI}]))",
+                    signal("cpu_busy", N),
                     "{{instance}}",
                 )
             ],
