@@ -162,15 +162,17 @@ def test_diagnose_with_another_bundle_needs_prometheus_as_standalone_samples_onl
     assert diagnose.main(["--bundle", "nvidia"], stderr=io.StringIO()) == diagnose.EXIT_USAGE
 
 
-def test_the_overlay_beside_node_exporter_and_dcgm_installs_the_node_exporter_dcgm_bundle() -> None:
+@pytest.mark.parametrize(("overlay", "bundle"), [("beside-node-exporter-and-dcgm", "node-exporter-dcgm"),
+                                                 ("beside-node-exporter", "node-exporter")])
+def test_the_beside_overlay_installs_its_bundle(overlay: str, bundle: str) -> None:
     generator = ROOT / "deploy/kubernetes/generate_prometheusrule.py"
     check = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     rendered = subprocess.run([require_tool("kubectl"), "kustomize",
-                               str(ROOT / "deploy/kubernetes/overlays/beside-node-exporter-and-dcgm")],
+                               str(ROOT / "deploy/kubernetes/overlays" / overlay)],
                               capture_output=True, text=True, timeout=120, check=True).stdout
     (rule,) = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "PrometheusRule"]
-    expected = [group for f in generate.bundle_files("node-exporter-dcgm")
+    expected = [group for f in generate.bundle_files(bundle)
                 for group in yaml.safe_load((ROOT / f).read_text())["groups"]]
     assert rule["spec"]["groups"] == expected
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -43,6 +45,15 @@ def render(kustomization: str) -> tuple[dict[str, Any], ...]:
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def import_generator(name: str) -> ModuleType:
+    """A generator script of deploy/kubernetes (not a package: the scripts import each other by name)."""
+    sys.path.insert(0, str(KUBERNETES))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(KUBERNETES))
 
 
 def by_kind(objects: tuple[dict[str, Any], ...], kind: str) -> dict[str, Any]:
@@ -82,7 +93,7 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
 
 
 KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
-                  "overlays/beside-node-exporter-and-dcgm"]
+                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -290,11 +301,7 @@ def test_dashboard_configmaps_are_generated_from_the_committed_dashboards() -> N
 
 def test_stale_dashboard_configmaps_are_reported(tmp_path: Path) -> None:
     """The check fails when a dashboard changes and the ConfigMaps were not regenerated."""
-    sys.path.insert(0, str(KUBERNETES))
-    try:
-        import generate_dashboards
-    finally:
-        sys.path.remove(str(KUBERNETES))
+    generate_dashboards = import_generator("generate_dashboards")
     for path in DASHBOARD_FILES:
         (tmp_path / path.name).write_text(path.read_text())
     (tmp_path / DASHBOARD_FILES[0].name).write_text(DASHBOARD_FILES[0].read_text().replace("Bottleneck", "Bottle"))
@@ -333,18 +340,24 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
 
 
-def test_beside_node_exporter_and_dcgm_overlay_runs_the_preset_with_the_config_file(tmp_path: Path) -> None:
+# overlay (its name is the preset it runs) -> whether its gpu collector exports only what dcgm-exporter lacks
+BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": True, "beside-node-exporter": False}
+
+
+@pytest.mark.parametrize(("overlay", "only_unique"), BESIDE_OVERLAYS.items())
+def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_unique: bool,
+                                                              tmp_path: Path) -> None:
     """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
-    ConfigMap leave the host to node_exporter and the duplicated GPU series to dcgm-exporter (the config file
-    must not turn a host collector back on)."""
+    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series to it (the
+    config file must not turn a host collector back on)."""
     from exporter import parts
     from exporter.config import load_yaml
     from exporter.training.registry import TrainingRegistry
 
-    objects = render("overlays/beside-node-exporter-and-dcgm")
+    objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
-    assert container["args"] == [*base["containers"][0]["args"], "--collector.preset=beside-node-exporter-and-dcgm"]
+    assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={overlay}"]
     args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
     args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
     (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
@@ -353,7 +366,28 @@ def test_beside_node_exporter_and_dcgm_overlay_runs_the_preset_with_the_config_f
     built = parts.build_collectors(build_parser().parse_args([*args, "--collector.gpu.profile=" + str(
         FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml")]), load_yaml(str(config)), TrainingRegistry())
     assert sorted(built) == ["gpu", "kubernetes", "training"]
-    assert built["gpu"].exported is not None  # type: ignore[attr-defined]
+    assert (built["gpu"].exported is not None) == only_unique  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("overlay", BESIDE_OVERLAYS)
+def test_beside_overlay_crd_objects_match_the_prometheus_operator_schema(overlay: str) -> None:
+    """The overlay replaces the PrometheusRule with its bundle's: it must still be one the operator accepts and
+    the chart's Prometheus selects."""
+    objects = render(f"overlays/{overlay}")
+    for kind in CRD_KINDS:
+        assert crd_errors(by_kind(objects, kind)) == [], kind
+        assert by_kind(objects, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+
+
+def test_every_overlay_prometheusrule_is_written_and_checked_by_the_generator() -> None:
+    """Regression: the generator knew one overlay's PrometheusRule; another overlay's could drift unchecked."""
+    generate_prometheusrule = import_generator("generate_prometheusrule")
+    committed = generate_prometheusrule.committed_files()
+    assert set(committed) == {KUBERNETES / "base" / "prometheusrule.yaml",
+                              *(KUBERNETES / "overlays").glob("*/prometheusrule.yaml")}
+    assert {KUBERNETES / "overlays" / overlay / "prometheusrule.yaml" for overlay in BESIDE_OVERLAYS} <= set(committed)
+    for target, render_text in committed.items():
+        assert render_text() == target.read_text(), target
 
 
 def test_servicemonitor_drops_the_exporter_pods_own_pod_and_container_target_labels() -> None:

@@ -5,14 +5,16 @@
 
 The PrometheusRule carries the recording rules (prometheus/recording-rules.yml) and the alert rules
 (alerts/alert-rules.yml) unchanged, group by group, so the Prometheus Operator loads exactly what promtool
-tests. The overlay beside-node-exporter-and-dcgm patches its groups with the node-exporter-dcgm rule bundle
-(prometheus/bundles/node-exporter-dcgm/), whose rules read node_exporter's and dcgm-exporter's series.
+tests. Each overlay in OVERLAY_BUNDLES patches its groups with a rule bundle (prometheus/bundles/<bundle>/):
+beside-node-exporter-and-dcgm with node-exporter-dcgm (host series from node_exporter, GPU series from
+dcgm-exporter), beside-node-exporter with node-exporter (host series from node_exporter, GPU series ours).
 tests/test_kubernetes.py and tests/test_bundles.py fail when a committed file drifts from these sources.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +25,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "prometheus" / "recording-rules.yml", ROOT / "alerts" / "alert-rules.yml")
 TARGET = ROOT / "deploy" / "kubernetes" / "base" / "prometheusrule.yaml"
-BUNDLE = ROOT / "prometheus" / "bundles" / "node-exporter-dcgm"
-BUNDLE_SOURCES = (BUNDLE / "recording-rules.yml", BUNDLE / "alert-rules.yml")
-BUNDLE_TARGET = ROOT / "deploy" / "kubernetes" / "overlays" / "beside-node-exporter-and-dcgm" / "prometheusrule.yaml"
+BUNDLES = ROOT / "prometheus" / "bundles"
+OVERLAYS = ROOT / "deploy" / "kubernetes" / "overlays"
+# overlay -> the rule bundle its PrometheusRule carries; the overlay runs the exporter with the bundle's preset.
+OVERLAY_BUNDLES = {
+    "beside-node-exporter-and-dcgm": "node-exporter-dcgm",
+    "beside-node-exporter": "node-exporter",
+}
 REGENERATE = "python deploy/kubernetes/generate_prometheusrule.py"
 
 
@@ -57,10 +63,22 @@ def load_groups(sources: tuple[Path, ...] = SOURCES) -> list[dict[str, Any]]:
     return groups
 
 
-def render_bundle_patch() -> str:
-    """The overlay's patch: the base PrometheusRule with the node-exporter-dcgm bundle's groups (a CRD's lists
-    are replaced whole by a kustomize patch)."""
-    return render(BUNDLE_SOURCES)
+def bundle_target(overlay: str) -> Path:
+    return OVERLAYS / overlay / "prometheusrule.yaml"
+
+
+def render_bundle_patch(bundle: str) -> str:
+    """An overlay's patch: the base PrometheusRule with ``bundle``'s groups (a CRD's lists are replaced whole by
+    a kustomize patch)."""
+    return render((BUNDLES / bundle / "recording-rules.yml", BUNDLES / bundle / "alert-rules.yml"))
+
+
+def committed_files() -> dict[Path, Callable[[], str]]:
+    """Every file this generator writes (and --check compares), with what renders it."""
+    files: dict[Path, Callable[[], str]] = {TARGET: render}
+    for overlay, bundle in OVERLAY_BUNDLES.items():
+        files[bundle_target(overlay)] = functools.partial(render_bundle_patch, bundle)
+    return files
 
 
 def render(sources: tuple[Path, ...] = SOURCES) -> str:
@@ -107,8 +125,8 @@ def write_or_check(argv: list[str] | None, doc: str | None, target: Path, regene
 
 
 def main(argv: list[str] | None = None) -> int:
-    return max(write_or_check(argv, __doc__, TARGET, REGENERATE, render),
-               write_or_check(argv, __doc__, BUNDLE_TARGET, REGENERATE, render_bundle_patch))
+    return max(write_or_check(argv, __doc__, target, REGENERATE, render_text)
+               for target, render_text in committed_files().items())
 
 
 if __name__ == "__main__":
