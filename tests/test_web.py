@@ -417,14 +417,14 @@ def test_a_repeated_wrong_password_costs_one_bcrypt_per_interval(tmp_path: Path,
     config = load_web_config(str(_web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")))
     calls = _counting_bcrypt(monkeypatch)
     for _ in range(50):
-        assert not config.authorized(_basic("prometheus", "guess"))
-        assert not config.authorized(_basic("nobody", "guess"))
+        assert not config.verify(_basic("prometheus", "guess"))
+        assert not config.verify(_basic("nobody", "guess"))
     assert len(calls) == 2
     for _ in range(50):
-        assert config.authorized(_basic("prometheus", "s3cret"))
+        assert config.verify(_basic("prometheus", "s3cret"))
     assert len(calls) == 3
     # bcrypt refuses passwords over 72 bytes with an exception: that is a wrong password, not a crash.
-    assert not config.authorized(_basic("prometheus", "x" * 100))
+    assert not config.verify(_basic("prometheus", "x" * 100))
 
 
 @pytest.mark.live

@@ -83,11 +83,6 @@ class WebConfig:
     _refused: OrderedDict[bytes, float] = dataclasses.field(default_factory=OrderedDict)  # → until (monotonic)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def authorized(self, authorization_header: str | None) -> bool:
-        """Check an ``Authorization: Basic ...`` header; True when basic auth is not configured."""
-        verdict = self.cached_verdict(authorization_header)
-        return verdict if verdict is not None else self.verify(authorization_header)
-
     def cached_verdict(self, authorization_header: str | None) -> bool | None:
         """The answer when it needs no bcrypt (no auth configured, a malformed header, credentials verified
         or refused lately), else None: then ``verify`` runs bcrypt."""
@@ -106,7 +101,8 @@ class WebConfig:
         return None
 
     def verify(self, authorization_header: str | None) -> bool:
-        """Check with bcrypt (slow by design) and remember the answer."""
+        """Check an ``Authorization: Basic ...`` header (True when basic auth is not configured): from the
+        remembered answers, else with bcrypt (slow by design), and remember the answer."""
         verdict = self.cached_verdict(authorization_header)  # the same credential may have been checked meanwhile
         if verdict is not None:
             return verdict
