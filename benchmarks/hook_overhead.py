@@ -4,13 +4,20 @@
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
-``exporter.hook.instrument`` and sends its datagrams (once a second as by default, and at the end of each
-pass over its 128 batches) to a live Unix socket, as with a running exporter. Printed: the median step time
-of each, the median of the per-pair differences (the added cost), the datagrams' cost on the training thread
-(none: the sender thread folds, encodes and sends) and on the sender thread, the mean of the per-pair
-differences (everything included, the sender thread's hold on the GIL too), and the same median for two
-*unhooked* setups, which shows this machine's noise floor. Also the hook's bookkeeping alone (its
-entry points in a loop with nothing else, warm caches): the floor of what it can add.
+``exporter.hook.instrument`` and sends its datagrams (once a second, as by default) to a live Unix socket,
+as with a running exporter. Printed:
+
+- the median step time of each, and the median of the per-pair differences: the added cost of a typical
+  step, which holds no fold and no datagram;
+- the datagrams (fold + payload + JSON + sendto, inline at a step end): how long each took on the training
+  thread, timed around the call;
+- the training-thread time lost per datagram: how much longer than the median pair the pair that held it
+  took (what the datagram cost the step, cache misses and all, not only its own code);
+- the folds between datagrams (every ``FOLD_ENTRIES`` log entries, at a step end) and their cost per step;
+- the mean of the per-pair differences (everything included: marks, folds and datagrams);
+- the same median for two *unhooked* setups, which shows this machine's noise floor;
+- the hook's bookkeeping alone (its entry points in a loop with nothing else, warm caches): the floor of
+  what it can add.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import os
 import socket
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -83,8 +89,8 @@ class Pairs:
         self.added = statistics.median(self.differences)
 
     def lost_to(self, spans: list[tuple[float, float]]) -> list[float]:
-        """Per span (a datagram on the sender thread): how much longer than the median pair the pairs that
-        overlapped it took, summed. Either setup pays: the GIL is the process's."""
+        """Per span (a datagram): how much longer than the median pair the pairs that overlapped it took,
+        summed (one pair for an inline datagram)."""
         usual = statistics.median(end - start for start, end in self.spans)
         return [sum(finish - begin - usual for begin, finish in self.spans if begin < end and finish > start)
                 for start, end in spans]
@@ -158,29 +164,27 @@ def bookkeeping_only(steps: int) -> float:
     return hooked - bare
 
 
-class Timed:
-    """Stands in for one of the session's datagram methods and times it, wall clock and this thread's CPU."""
+class TimedTicks:
+    """Stands in for the session's ``_tick`` (the step end's fold, and datagram when one is due) and times
+    each call, apart by whether it sent a datagram."""
 
-    def __init__(self, owner: Any, name: str) -> None:
-        self._method = getattr(owner, name)
-        self.seconds = self.cpu_seconds = 0.0
-        self.calls = 0
-        self.threads: set[int] = set()
-        self.spans: list[tuple[float, float]] = []
-        setattr(owner, name, self)  # shadows the method on this one instance
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._method = session._tick
+        self.datagrams: list[tuple[float, float]] = []  # (start, end) of each tick that sent one
+        self.folds: list[float] = []  # seconds of each tick that only folded
+        session._tick = self  # type: ignore[method-assign]  # shadows the method on this one instance
 
-    def __call__(self) -> None:
-        start, cpu = time.perf_counter(), time.thread_time()
-        self._method()
-        self.cpu_seconds += time.thread_time() - cpu
+    def __call__(self, now: float) -> None:
+        session = self._session
+        seq = session.seq
+        start = time.perf_counter()
+        self._method(now)
         end = time.perf_counter()
-        self.seconds += end - start
-        self.spans.append((start, end))
-        self.calls += 1
-        self.threads.add(threading.get_ident())
-
-    def each_us(self) -> float:
-        return self.seconds / max(self.calls, 1) * 1e6
+        if session.seq != seq:
+            self.datagrams.append((start, end))
+        else:
+            self.folds.append(end - start)
 
 
 def main() -> None:
@@ -199,10 +203,9 @@ def main() -> None:
             for _ in range(200):
                 setup.step()
         session = hooked.loader.bottleneck_session
-        sender = session.sender
-        datagrams, training_thread = Timed(sender, "_send"), threading.get_ident()
+        ticks = TimedTicks(session)
         measured = Pairs(plain, hooked, args.pairs, receiver)
-        session.close()  # its sender thread stops: the datagrams timed are those sent during the pairs
+        session.close()
         noise = Pairs(plain, control, args.pairs, receiver).added
         receiver.close()
     floor = bookkeeping_only(50000)
@@ -214,18 +217,18 @@ def main() -> None:
     print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")
     print(f"added per step (median of pairs): {added * 1e6:.1f} us")
     print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step")
-    # Datagrams are folded, encoded and sent on the sender thread: the training thread's share is what ran
-    # on it (nothing, unless the sender thread's calls turn up there).
-    on_training = datagrams.seconds if training_thread in datagrams.threads else 0.0
-    print(f"datagrams (fold + encode + send): {datagrams.calls}, "
-          f"{on_training / max(datagrams.calls, 1) * 1e6:.1f} us each")
-    print(f"  on the sender thread: {datagrams.each_us():.0f} us each "
-          f"({datagrams.cpu_seconds / max(datagrams.calls, 1) * 1e6:.0f} us of its CPU), one a second")
-    lost = measured.lost_to(datagrams.spans)
-    if lost:
-        print(f"  the step pairs that overlapped a datagram took {statistics.median(lost) * 1e6:.0f} us more than "
-              f"usual in all (median over datagrams; mean {statistics.fmean(lost) * 1e6:.0f} us, "
-              f"{sum(lost) / args.pairs * 1e6:.1f} us per step): what the training thread lost to the sender thread")
+    sent = [end - start for start, end in ticks.datagrams]
+    print(f"datagrams (fold + encode + send): {len(sent)}, "
+          f"{statistics.median(sent) * 1e6 if sent else 0.0:.1f} us each")
+    if sent:
+        lost = measured.lost_to(ticks.datagrams)
+        print(f"  training-thread time lost per datagram: {statistics.median(lost) * 1e6:.1f} us "
+              f"(median; the pair that held it against the median pair), max {max(sent) * 1e6:.1f} us timed")
+    folds = ticks.folds
+    if folds:
+        print(f"  folds between datagrams: {len(folds)}, {statistics.median(folds) * 1e6:.1f} us each (median), "
+              f"{sum(folds) / args.pairs * 1e6:.2f} us per step")
+    print(f"mean added per step (everything): {statistics.fmean(measured.differences) * 1e6:.1f} us")
     print(f"noise floor (unhooked vs unhooked, median of pairs): {noise * 1e6:.1f} us")
     print(f"hook bookkeeping alone (warm):   {floor * 1e6:8.2f} us per step")
 

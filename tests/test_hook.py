@@ -268,7 +268,7 @@ def test_datagrams_carry_phases_settings_and_samples(tmp_path):
         return wrapped
 
     seeded_run(wrap)
-    sessions[0].close()  # stops the sender thread, then sends the last datagram
+    sessions[0].close()  # sends the last datagram
     received = []
     while True:
         try:
@@ -276,8 +276,7 @@ def test_datagrams_carry_phases_settings_and_samples(tmp_path):
         except BlockingIOError:
             break
     rx.close()
-    # The sender thread's datagrams (every 50 ms while steps progress) and the last one; every one passes
-    # the receiver's schema.
+    # The datagrams of the step ends 50 ms apart, and the last one; every one passes the receiver's schema.
     assert len(received) >= 1
     last = received[-1]
     assert (last.job, last.steps, last.samples) == ("unit/test", 36, 96 * 3)
@@ -482,9 +481,10 @@ def test_new_datagram_fields_are_checked_like_the_rest():
     assert validate(encode(good)).collective_seconds == 2.5
 
 
-def test_errors_on_the_sender_thread_switch_the_hook_off_without_touching_the_training_threads_hooks(tmp_path):
-    """A datagram that cannot be built, ten times, on the sender thread: the hook goes quiet; its hooks stay
-    (inert) until close, since removing them from that thread could race torch's iteration over them."""
+def test_errors_sending_from_the_optimizer_hook_switch_the_hook_off_without_raising_into_training(tmp_path):
+    """A datagram that cannot be built, ten times: it is sent from the optimizer step's post-hook, so the
+    tenth error comes while torch iterates its hook dict. The hook goes quiet and its hooks stay (inert)
+    until close: removing one there would raise "dictionary changed size during iteration" into training."""
     session = Session(address=f"unix://{tmp_path}/nobody.sock", interval=0.05)
 
     def broken() -> dict[str, Any]:
@@ -507,3 +507,54 @@ def test_errors_on_the_sender_thread_switch_the_hook_off_without_touching_the_tr
     assert len(optimizers[-1]._optimizer_step_post_hooks) == 1  # still there, inert
     session.close()
     assert len(optimizers[-1]._optimizer_step_post_hooks) == 0
+
+
+def test_datagrams_leave_at_step_ends_once_the_interval_passed_and_a_rank_that_stops_stepping_falls_silent(
+        tmp_path):
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(str(tmp_path / "rx.sock"))
+    rx.setblocking(False)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4), model=model,
+                        optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", interval=0.05)
+    session = loader.bottleneck_session
+    batches = iter(loader)
+
+    def step() -> None:
+        (batch,) = next(batches)
+        optimizer.zero_grad()
+        model(batch).sum().backward()
+        optimizer.step()
+
+    def received() -> list[Any]:
+        out = []
+        while True:
+            try:
+                out.append(validate(rx.recv(65536)))
+            except BlockingIOError:
+                return out
+
+    step()
+    received()  # a first step slower than the interval (a loaded machine) has sent one already
+    time.sleep(0.06)  # past the interval: the next step end sends, on this thread, before step() returns
+    step()
+    assert [d.steps for d in received()] == [2]
+    time.sleep(0.2)  # no step ends: nothing is sent, however many intervals pass (a hung rank falls silent)
+    assert received() == []
+    session.close()
+    assert [d.steps for d in received()] == [2]
+    rx.close()
+
+
+def test_a_long_run_without_datagrams_keeps_its_step_log_short():
+    """The log is folded every FOLD_ENTRIES entries at a step end, not only when a datagram is due: a
+    datagram's fold stays short, and so does memory with the address off."""
+    from exporter.hook.session import FOLD_ENTRIES
+
+    session = Session(address="off")
+    seeded_run(lambda loader, model, optimizer: instrument(loader, model=model, optimizer=optimizer,
+                                                             session=session))
+    assert session.clock.log and len(session.clock.log) < FOLD_ENTRIES
+    assert session.clock.steps == 36
+    session.close()

@@ -160,7 +160,7 @@ def received(sock: socket.socket) -> list[Any]:
 
 
 def test_persistent_workers_keep_their_pids_across_epochs_and_forked_workers_never_send(tmp_path: Path):
-    """Workers are forked while the sender thread runs: they must neither send nor hang."""
+    """Workers are forked while the session sends datagrams: they must neither send nor hang."""
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     rx.bind(str(tmp_path / "rx.sock"))
     rx.setblocking(False)

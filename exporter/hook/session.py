@@ -1,9 +1,9 @@
 """One training process's telemetry: the marks the adapters call, the totals, and the periodic datagram.
 
 The plain-PyTorch wrapper (``exporter.hook.loader``), the Lightning and the Hugging Face callbacks all drive a
-``Session``: ``mark(phase)`` at each phase boundary, ``end_step()`` after each optimizer step. Every
-``interval`` seconds its sender thread (``exporter.hook.sender``) sends one datagram of cumulative totals
-when steps were made since the last, which the exporter turns into::
+``Session``: ``mark(phase)`` at each phase boundary, ``end_step()`` after each optimizer step. The first step
+end after each ``interval`` seconds sends one datagram of cumulative totals (so a rank that stops stepping
+falls silent), which the exporter turns into::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_steps_total{training_job="resnet",rank="0"} 120.0
@@ -30,7 +30,6 @@ from typing import Any
 from exporter.hook import collective
 from exporter.hook.forward import TimedForward
 from exporter.hook.identity import identify
-from exporter.hook.sender import Sender
 from exporter.hook.timing import (
     GPU_PHASE_NAMES,
     OPTIMIZER,
@@ -50,6 +49,10 @@ log = logging.getLogger("exporter.hook")
 
 MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
+# Log entries (two per mark) past which a step end folds the log: a datagram then folds at most this many
+# entries on top of its payload, JSON and sendto (well under 50 us), and the fold's own overhead is shared by
+# about six steps. See "Why the datagram is sent inline" in Session._tick.
+FOLD_ENTRIES = 64
 
 Samples = int | float | Callable[[Any], Any] | None
 
@@ -142,7 +145,6 @@ class Session:
                  gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> None:
         self.active = True
         self.errors = 0
-        self._owner = threading.get_ident()  # the thread that trains
         self.identity = identify(job)
         self.transport = Transport(address)
         self.clock = StepClock()
@@ -173,13 +175,11 @@ class Session:
         self._optimizers: dict[int, list[Any]] = {}  # id -> [optimizer, pre-hook handle, post-hook handle]
         self._models: set[int] = set()
         self._handles: list[Any] = []
-        self._sending = threading.Lock()  # one datagram at a time, so that seq only grows
-        self._last_sent: Any = None  # what the last datagram said about progress (see _send_news)
-        self.sender = Sender(self._send_news, self.interval)
+        self._sending = threading.Lock()  # one datagram at a time (flush() may come from another thread)
+        # perf_counter() time from which the next step end sends a datagram (never, with no address).
+        self.due = perf_counter() + self.interval if self.transport.enabled else float("inf")
         _sessions.add(self)
         atexit.register(self.close)
-        if self.transport.enabled:
-            self.sender.start()
 
     @classmethod
     def of(cls, *objects: Any) -> Session | None:
@@ -199,10 +199,9 @@ class Session:
             self.active = False
             log.warning("bottleneck hook: %d internal errors (last in %s), switching the hook off; training "
                         "continues unaffected", self.errors, where, exc_info=True)
-            # Off the training thread (the sender's), the hooks stay, inert, until close(): removing them
-            # there could change torch's hook dicts while the training thread iterates them.
-            if threading.get_ident() == self._owner:
-                self._remove_hooks()
+            # The hooks stay, inert (each returns at once), until close(): the error may come from inside
+            # one of torch's optimizer hooks (a datagram is sent from the step's post-hook), and removing
+            # a hook there changes the dict torch is iterating, which would raise into training.
 
     # -- marks (called by the adapters) ------------------------------------------------------------------
     # ``mark(phase)`` (an attribute set in __init__ / enable_gpu) closes the running phase and opens another.
@@ -235,6 +234,8 @@ class Session:
             self.optimizer_steps += 1
             if self.gpu is not None:
                 self.gpu.end_step()
+            if len(log) >= FOLD_ENTRIES or now >= self.due:
+                self._tick(now)
         except Exception:
             self.failed("end of step")
 
@@ -246,10 +247,12 @@ class Session:
             self.mark(OTHER)
             self.stepped = True
             return
-        self.clock.switch(SKIPPED_STEP_END)
+        now = self.clock.switch(SKIPPED_STEP_END)
         self.clock.samples_at_step_end = self.clock.fetched_samples
         if self.gpu is not None:
             self.gpu.end_step()
+        if len(self.clock.log) >= FOLD_ENTRIES or now >= self.due:
+            self._tick(now)
 
     def end_step_at_fetch(self) -> None:
         """Called by the loader before each fetch when a fetch may end a step (see FETCH_ENDS_*)."""
@@ -418,28 +421,32 @@ class Session:
             "memory_peak_bytes": float(torch.cuda.max_memory_allocated(index)),
         }
 
+    def _tick(self, now: float) -> None:
+        """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now.
+
+        Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
+        thread does the same work (a fold, the payload, JSON, ``sendto``) but must take the GIL from the
+        training thread and give it back, and each hand-over costs the training thread up to the
+        interpreter's switch interval (5 ms). Measured with benchmarks/hook_overhead.py on a 2-CPU machine,
+        the training thread lost milliseconds per datagram to a sender thread against tens of microseconds
+        inline; folding every FOLD_ENTRIES log entries keeps the inline fold short.
+        """
+        self.clock.fold(wait=False)
+        if now >= self.due:
+            self.due = now + self.interval
+            self._send()
+
     def flush(self) -> None:
         """Send the totals now, on the calling thread (the end of training, tests)."""
         if self.active:
             self._send()
 
-    def _send_news(self) -> None:
-        """The sender thread's datagram: only when there is progress to report, so a hung rank falls silent.
-        (Folding in chunks with the GIL let go between them was tried: each hand-over cost the training
-        thread more than the chunk, benchmarks/hook_overhead.py.)"""
-        self._send(only_news=True)
-
-    def _send(self, only_news: bool = False) -> None:
+    def _send(self) -> None:
         try:
             with self._sending:
-                body = self.payload()
-                progress = (body["steps"], body["phase_seconds"], body.get("gpu"))
-                if only_news and progress == self._last_sent:
-                    return
-                data = encode(body)
+                data = encode(self.payload())
                 self.seq += 1
                 self.transport.send(data)
-                self._last_sent = progress
         except Exception:
             self.failed("sending a datagram")
 
@@ -447,7 +454,6 @@ class Session:
         """Final datagram and cleanup; safe to call twice, registered with atexit."""
         was_active = self.active
         self.active = False
-        self.sender.stop()
         if was_active and self.clock.steps:
             if self.gpu is not None:
                 # Read what has completed; what has not by now is given up, and counted as dropped.
@@ -462,7 +468,6 @@ class Session:
         """In a forked child (a DataLoader worker): the session is the parent's; here it measures nothing,
         and no lock a vanished thread might hold is ever taken."""
         self.active = False
-        self.sender.forked()
         self.clock.forked()
         self._sending = threading.Lock()
         if self.collectives is not None:

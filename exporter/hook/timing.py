@@ -35,8 +35,8 @@ PHASE_NAMES = ("data_wait", "forward", "backward", "optimizer")
 GPU_PHASE_NAMES = ("forward", "backward", "optimizer")
 _GPU_MARKED = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
-# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when no sender
-# thread folds it every interval (the hook's address is `off`).
+# Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when marks come but
+# no step ends (the session folds at step ends).
 LOG_LIMIT = 1 << 16
 
 
@@ -57,17 +57,17 @@ class StepClock:
     """The host timeline of the steps: per-phase totals, step count and time, samples, step-time histogram.
 
     Marks are recorded, not computed: a mark appends its phase and ``perf_counter()`` to ``log`` (flat:
-    phase, time, phase, time, ...), and ``fold()`` later turns the log into the totals, all the steps since
-    the last fold at once: on the sender thread before each datagram, when the log passes ``LOG_LIMIT``
-    entries, and before any total is read. Why: a mark runs in the middle of the training step, where every
-    Python operation is paid with cold caches; two appends per mark measured about 10 us per step less there
-    than the same arithmetic done in place (benchmarks/hook_overhead.py). The per-step hot paths
+    phase, time, phase, time, ...), and ``fold()`` later turns the log into the totals, a few steps at once:
+    at a step end every ``session.FOLD_ENTRIES`` entries, when the log passes ``LOG_LIMIT`` entries, and
+    before any total is read. Why: a mark runs in the middle of the training step, where every Python
+    operation is paid with cold caches; two appends per mark measured about 10 us per step less there than
+    the same arithmetic done in place (benchmarks/hook_overhead.py). The per-step hot paths
     (``exporter.hook.loader``, ``exporter.hook.forward``, the optimizer hooks in ``exporter.hook.session``)
     append inline; ``switch(phase)`` is the same mark as a call, for the framework callbacks.
 
-    Folds may run on two threads (the sender's, and the training thread's when the log is full): a lock
-    makes them take turns, and the training thread never waits for it (``fold(wait=False)`` skips when the
-    sender is folding anyway).
+    Folds may run on two threads (the training thread's, and another that reads the totals, such as a
+    framework's or a test's): a lock makes them take turns, and the training thread never waits for it
+    (``fold(wait=False)`` skips when another thread is folding anyway).
 
     Samples: ``fetched_samples`` counts every batch as it is fetched; a step end copies it to
     ``samples_at_step_end``, so the reported samples are those of completed steps.
@@ -130,8 +130,8 @@ class StepClock:
             totals[current] += now - since
             since = now
             if phase >= STEP_END:
-                # Only whole steps are reported, so that the phases of a datagram (which the sender thread may
-                # cut in the middle of a step) partition its step time exactly.
+                # Only whole steps are reported, so that the phases of a datagram (which a fold may cut in
+                # the middle of a step) partition its step time exactly.
                 completed = tuple(totals)
                 duration = now - step_start
                 step_start = now
