@@ -49,10 +49,11 @@ log = logging.getLogger("exporter.hook")
 
 MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
-# Log entries (two per mark) past which a step end folds the log: a datagram then folds at most this many
-# entries on top of its payload, JSON and sendto (well under 50 us), and the fold's own overhead is shared by
-# about six steps. See "Why the datagram is sent inline" in Session._tick.
-FOLD_ENTRIES = 64
+# Log entries (two per mark) past which a step end folds the log, about 85 steps of the plain loop: a
+# datagram then folds at most this many entries on top of its payload, JSON and sendto. Folds of 64 entries
+# cost 3-6 us per step inside real steps (cold caches), of 1024 about 1 us; the datagram took about as long
+# either way (benchmarks/hook_overhead.py). See "Why the datagram is sent inline" in Session._tick.
+FOLD_ENTRIES = 1024
 
 Samples = int | float | Callable[[Any], Any] | None
 
