@@ -1,6 +1,6 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
-    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000]
+    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--without model] [--without optimizer]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
@@ -13,11 +13,15 @@ as with a running exporter. Printed:
   thread, timed around the call;
 - the training-thread time lost per datagram: how much longer than the median pair the pair that held it
   took (what the datagram cost the step, cache misses and all, not only its own code);
+- a datagram sent right after a step against one sent straight after it (cold caches against warm);
 - the folds between datagrams (every ``FOLD_ENTRIES`` log entries, at a step end) and their cost per step;
 - the mean of the per-pair differences (everything included: marks, folds and datagrams);
 - the same median for two *unhooked* setups, which shows this machine's noise floor;
 - the hook's bookkeeping alone (its entry points in a loop with nothing else, warm caches): the floor of
   what it can add.
+
+``--without model`` / ``--without optimizer`` instrument the hooked setup without the forward wrapper or the
+optimizer hooks (without an optimizer each fetch ends a step): the difference says what that part costs.
 """
 
 from __future__ import annotations
@@ -40,13 +44,14 @@ from exporter.hook.session import Session
 
 
 class Setup:
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None, without: tuple[str, ...] = ()) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.001)
         loader: Any = DataLoader(TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1)), batch_size=32)
         if address is not None:
-            loader = instrument(loader, model=self.model, optimizer=self.optimizer, address=address)
+            loader = instrument(loader, model=None if "model" in without else self.model,
+                                optimizer=None if "optimizer" in without else self.optimizer, address=address)
         self.loader = loader
         self.iterator = iter(loader)
         self.started = 0.0
@@ -187,9 +192,30 @@ class TimedTicks:
             self.folds.append(end - start)
 
 
+def back_to_back(setup: Setup, session: Session, drain: socket.socket, datagrams: int = 40) -> tuple[float, float]:
+    """Median seconds of a datagram sent right after a training step, and of one sent straight after that:
+    the same work, with the caches the step left and with warm ones."""
+    first, second = [], []
+    for index in range(datagrams):
+        for _ in range(16):
+            setup.step()
+        session.clock.fold()  # the marks of those steps: what is timed below is payload + JSON + sendto
+        start = time.perf_counter()
+        session._send()
+        middle = time.perf_counter()
+        session._send()
+        first.append(middle - start)
+        second.append(time.perf_counter() - middle)
+        if index % 8 == 7:
+            _drain(drain)
+    return statistics.median(first), statistics.median(second)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=6000, help="step pairs per comparison (default: %(default)s)")
+    parser.add_argument("--without", action="append", choices=("model", "optimizer"), default=[],
+                        help="instrument the hooked setup without this part (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -198,33 +224,37 @@ def main() -> None:
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         receiver.bind(path)
         receiver.setblocking(False)
-        plain, hooked, control = Setup(None), Setup(f"unix://{path}"), Setup(None)
+        plain, hooked, control = Setup(None), Setup(f"unix://{path}", tuple(args.without)), Setup(None)
         for setup in (plain, hooked, control):  # warm-up
             for _ in range(200):
                 setup.step()
         session = hooked.loader.bottleneck_session
         ticks = TimedTicks(session)
         measured = Pairs(plain, hooked, args.pairs, receiver)
+        datagrams, folds = list(ticks.datagrams), list(ticks.folds)  # those of the pairs only
+        cold, warm = back_to_back(hooked, session, receiver)
         session.close()
         noise = Pairs(plain, control, args.pairs, receiver).added
         receiver.close()
     floor = bookkeeping_only(50000)
 
     print(f"torch {torch.__version__}, {args.pairs} step pairs, 1 torch thread, load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+          + "".join(f", hook without the {part}" for part in args.without))
     base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
     print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")
     print(f"added per step (median of pairs): {added * 1e6:.1f} us")
     print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step")
-    sent = [end - start for start, end in ticks.datagrams]
+    sent = [end - start for start, end in datagrams]
     print(f"datagrams (fold + encode + send): {len(sent)}, "
           f"{statistics.median(sent) * 1e6 if sent else 0.0:.1f} us each")
     if sent:
-        lost = measured.lost_to(ticks.datagrams)
+        lost = measured.lost_to(datagrams)
         print(f"  training-thread time lost per datagram: {statistics.median(lost) * 1e6:.1f} us "
-              f"(median; the pair that held it against the median pair), max {max(sent) * 1e6:.1f} us timed")
-    folds = ticks.folds
+              f"(median; the pair that held it against the median pair), longest datagram {max(sent) * 1e6:.1f} us")
+    print(f"  a datagram right after a step: {cold * 1e6:.0f} us; straight after that one: {warm * 1e6:.0f} us "
+          f"(medians; payload + JSON + sendto, no fold)")
     if folds:
         print(f"  folds between datagrams: {len(folds)}, {statistics.median(folds) * 1e6:.1f} us each (median), "
               f"{sum(folds) / args.pairs * 1e6:.2f} us per step")
