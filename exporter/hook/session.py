@@ -429,8 +429,9 @@ class Session:
         thread does the same work (a fold, the payload, JSON, ``sendto``) but must take the GIL from the
         training thread and give it back, and a hand-over can cost the training thread up to the
         interpreter's switch interval (5 ms). Measured with benchmarks/hook_overhead.py on a loaded 2-CPU
-        machine, the training thread lost 1.8-6.8 ms per datagram to a sender thread, 0.5-2.7 ms inline
-        (docs/hook.md, "What it costs"). Folding every FOLD_ENTRIES log entries keeps the inline fold short.
+        machine, the training thread lost 1.8-6.8 ms per datagram to a sender thread, 0.8-4.8 ms inline
+        (medians 3.0 and 1.8 ms; docs/hook.md, "What it costs"). Folding every FOLD_ENTRIES log entries
+        keeps the inline fold short.
         """
         self.clock.fold(wait=False)
         if now >= self.due:
