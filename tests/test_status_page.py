@@ -105,7 +105,7 @@ def _status(jobs: list | None = None, findings: list | None = None) -> dict:
         "push": {"state": "off", "detail": "not running"},
         "jobs": jobs or [],
         "verdicts": {"window_seconds": 10.0, "snapshots": 3, "findings": findings or [], "errors": [],
-                     "missing": []},
+                     "missing": [], "bundle": "bottleneck", "peers": []},
     }
 
 

@@ -183,11 +183,15 @@ class Preset:
     help: str
     collectors_off: tuple[str, ...]
     options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    # The rule bundle (exporter/heuristics/sources.py) whose sources this preset assumes: the status page
+    # evaluates it, reading the peers it names (--status.node-exporter-url, --status.dcgm-exporter-url).
+    bundle: str = "bottleneck"
 
 
 PRESETS: dict[str, Preset] = {
-    "beside-node-exporter": Preset("host collectors off, the gpu collector whole", HOST_COLLECTORS),
+    "beside-node-exporter": Preset("host collectors off, the gpu collector whole", HOST_COLLECTORS,
+                                   bundle="node-exporter"),
     "beside-node-exporter-and-dcgm": Preset(
         "host collectors off, the gpu collector only what dcgm-exporter lacks (--collector.gpu.only-unique)",
-        HOST_COLLECTORS, {"gpu": {"only-unique": True}}),
+        HOST_COLLECTORS, {"gpu": {"only-unique": True}}, bundle="node-exporter-dcgm"),
 }
