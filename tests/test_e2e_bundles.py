@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from exporter import diagnose
 from exporter.heuristics import generate
@@ -194,3 +195,68 @@ def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_pa
         assert pods["GPU-00000000-0000-0000-0000-000000000000"] == "resnet-0"
     finally:
         prometheus.stop()
+
+
+def _steps_pushed(exporter: Any, job: str) -> bool:
+    text = requests.get(f"{exporter.url}/metrics", timeout=10).text
+    return bool(re.search(rf'bottleneck_train_steps_total{{[^}}]*training_job="{job}"[^}}]*}} [1-9]', text))
+
+
+def _standalone(args: list[str]) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    code = diagnose.main([*args, "--json"], stdout=out, stderr=io.StringIO())
+    return code, json.loads(out.getvalue())
+
+
+def test_standalone_diagnose_reads_node_exporter_names_input_bound_and_survives_it_missing(
+        tmp_path: Path, start_exporter: Any, node_exporter: Process,
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+    """No Prometheus: diagnose samples our exporter (host collectors off, as under the preset) and the real
+    node_exporter, and evaluates the node-exporter bundle it picks from the flags."""
+    socket_path = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={socket_path}", "--collector.preset=beside-node-exporter",
+                               "--no-collector.gpu"])
+    trainers("e2e-slow", "slow", socket_path)
+    wait_until(lambda: _steps_pushed(exporter, "e2e-slow"), 120, "the trainer's steps on our /metrics")
+    ours = ["--exporter.url", f"{exporter.url}/metrics", "--window", "16", "--interval", "2"]
+
+    code, report = _standalone([*ours, "--node-exporter.url", f"http://127.0.0.1:{node_exporter.port}/metrics"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    assert report["bundle"] == "node-exporter"
+    assert [(s["name"], s["job"], s["failed"]) for s in report["sources"]] == [
+        ("bottleneck-exporter", "bottleneck-exporter", 0), ("node_exporter", "node-exporter", 0)]
+    assert not [m for m in report["missing"] if m.startswith("host CPU")]  # node_exporter's CPU series were read
+    slow = {v["alert"] for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-slow"}
+    assert "BottleneckInputBound" in slow
+
+    # node_exporter gone: said, with the verdicts that lack its series; the training verdict is not lost.
+    code, report = _standalone([*ours, "--node-exporter.url", f"http://127.0.0.1:{free_port()}/metrics"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    peer = report["sources"][1]
+    assert peer["failed"] == peer["scrapes"] > 0 and "refused" in peer["error"]
+    assert "BottleneckCpuSaturated" in peer["unjudged"]
+    assert [m for m in report["missing"] if m.startswith("host CPU")]
+    slow = {v["alert"] for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-slow"}
+    assert "BottleneckInputBound" in slow
+
+
+def test_standalone_diagnose_gives_gpu_findings_from_the_recorded_dcgm_exporter_scrape(
+        tmp_path: Path, node_exporter: Process, dcgm_exporter: str) -> None:
+    """The node-exporter-dcgm bundle, standalone: our collectors in process (host and GPU off), node_exporter,
+    and the recorded dcgm-exporter scrape. GPU 1 of the recording has 71202 of 81592 MiB in use: 87%."""
+    code, report = _standalone([
+        "--window", "4", "--interval", "2", "--set", "gpu_memory_full_ratio=0.8",
+        "--node-exporter.url", f"http://127.0.0.1:{node_exporter.port}/metrics",
+        "--dcgm-exporter.url", f"http://{dcgm_exporter}/metrics",
+        "--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
+        f"--push.socket={tmp_path}/push.sock"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    assert report["bundle"] == "node-exporter-dcgm"
+    assert [s["name"] for s in report["sources"]] == ["bottleneck-exporter", "node_exporter", "dcgm-exporter"]
+    assert not [m for m in report["missing"] if m.startswith(("GPU", "host CPU"))]
+    full = [v for v in report["verdicts"] if v["alert"] == "BottleneckGpuMemoryNearlyFull"]
+    assert [(v["labels"]["gpu"], v["labels"]["uuid"], v["labels"]["job"]) for v in full] == [
+        ("1", "GPU-00000001-0000-0000-0000-000000000001", "dcgm-exporter")]
+    assert full[0]["value"] == pytest.approx(71202 / (71202 + 9878 + fixture_values("DCGM_FI_DEV_FB_RESERVED")[
+        "GPU-00000001-0000-0000-0000-000000000001"]))
+    assert full[0]["state"] == "pending" and full[0]["evidence"]
