@@ -428,7 +428,8 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
         if source["error"]:
             lines += ["", f"{source['name']} did not answer {source['failed']} of {source['scrapes']} scrapes "
                       f"(first: {source['error']})"
-                      + (f"; cannot judge: {', '.join(source['unjudged'])}" if source["unjudged"] else "")]
+                      + (f"; judged without its series: {', '.join(source['unjudged'])}" if source["unjudged"]
+                         else "")]
     if report.errors:
         lines += ["", "Could not evaluate:"] + [f"  - {alert}: {message}" for alert, message in report.errors]
     return "\n".join(lines) + "\n"

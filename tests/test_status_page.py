@@ -24,7 +24,7 @@ import requests
 from exporter.status.page import render
 from exporter.status.recorder import MAX_SNAPSHOTS, Recorder
 from tests.conftest import ROOT, require_tool
-from tests.test_e2e_bundles import node_exporter  # noqa: F401 (fixture)
+from tests.test_e2e_bundles import dcgm_exporter, node_exporter  # noqa: F401 (fixtures)
 from tests.test_hook import wait_for
 
 PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
@@ -254,3 +254,25 @@ def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrap
         _Held.release.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.live
+@pytest.mark.tools
+def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_exporter, node_exporter,  # noqa: F811
+                                                                    dcgm_exporter: str) -> None:  # noqa: F811
+    """--collector.preset=beside-node-exporter-and-dcgm: node_exporter and the recorded dcgm-exporter scrape are
+    read, the node-exporter-dcgm bundle evaluated; the GPU and host hints of missing data are gone."""
+    exporter = start_exporter(["--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
+                               "--web.status-interval=1", "--push.disable",
+                               f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics",
+                               f"--status.dcgm-exporter-url=http://{dcgm_exporter}/metrics"])
+
+    def read() -> dict | None:
+        verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
+        return verdicts if verdicts["snapshots"] >= 2 and len(verdicts["peers"]) == 2 else None
+
+    verdicts = wait_for(read, "two peers read", timeout=60)
+    assert verdicts["bundle"] == "node-exporter-dcgm"
+    assert [(p["name"], p["up"]) for p in verdicts["peers"]] == [("node_exporter", True), ("dcgm-exporter", True)]
+    assert not [m for m in verdicts["missing"] if m.startswith(("GPU", "host CPU"))], verdicts["missing"]
+    assert "bundle=node-exporter-dcgm" in exporter.output()  # the start line says what the page reads

@@ -116,6 +116,9 @@ class Status:
         if push.get("udp"):
             fields["push_udp"] = push["udp"]
         fields["collectors"] = [name for name in self.parts if name != "push"]
+        if self.peers:
+            fields["bundle"] = self.bundle
+            fields["peers"] = [f"{collector.target.name}={collector.target.url}" for collector, _ in self.peers]
         if failed:
             fields["failed"] = failed
         log.info("exporter ready", extra=fields)
