@@ -455,8 +455,9 @@ examples:
   bottleneck-exporter diagnose --window=60          # this node: the running exporter, else in-process
   bottleneck-exporter diagnose --severity=critical --json
   bottleneck-exporter diagnose --set data_wait_ratio=0.3 --window=30 --no-collector.gpu
-  bottleneck-exporter diagnose --node-exporter.url=http://localhost:9100/metrics \
-      --dcgm-exporter.url=http://localhost:9400/metrics     # beside them: bundle node-exporter-dcgm
+  bottleneck-exporter diagnose --node-exporter.url=http://localhost:9100/metrics   # bundle node-exporter
+  bottleneck-exporter diagnose --node-exporter.url=http://localhost:9100/metrics \\
+      --dcgm-exporter.url=http://localhost:9400/metrics                          # bundle node-exporter-dcgm
 
 Standalone without a running exporter, the exporter's own flags (--path.procfs, --no-collector.gpu,
 --push.socket, ...; see bottleneck-exporter --help) configure the collectors sampled in this process.
