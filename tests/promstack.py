@@ -11,10 +11,13 @@ forces): the scrape job owns ``job``, the training job rides in ``training_job``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import http.server
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +81,14 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def start_node_exporter(workdir: Path) -> Process:
+    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port."""
+    exporter = Process("node_exporter", workdir)
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    exporter.wait_ready("/metrics")
+    return exporter
 
 
 class Prometheus(Process):
@@ -149,3 +160,30 @@ class Alertmanager(Process):
                     "--cluster.listen-address=", "--log.level=warn"])
         self.wait_ready("/-/ready")
         return self
+
+
+@contextlib.contextmanager
+def static_target(exposition: Path) -> Iterator[str]:
+    """A recorded scrape (a dcgm-exporter's, which needs a GPU to run) served over HTTP as a scrape target:
+    yields its host:port."""
+    body = exposition.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,13 +5,11 @@ node-exporter-dcgm bundle. Short rate window and ``for:`` (generator parameters)
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
 import re
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,7 @@ import pytest
 from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
-from tests.conftest import free_port, require_tool
-from tests.promstack import Process, Prometheus, Target, wait_until
+from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target, wait_until
 from tests.test_bundles import DCGM_FIXTURE
 from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
 
@@ -42,9 +39,7 @@ def bundle_rules(tmp_path: Path, bundle: str) -> list[Path]:
 
 @pytest.fixture
 def node_exporter(tmp_path: Path) -> Iterator[Process]:
-    exporter = Process("node_exporter", tmp_path)
-    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
-    exporter.wait_ready("/metrics")
+    exporter = start_node_exporter(tmp_path)
     yield exporter
     exporter.stop()
 
@@ -136,28 +131,11 @@ def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our
         prometheus.stop()
 
 
-class _Fixture(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = DCGM_FIXTURE.read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def dcgm_exporter() -> Iterator[str]:
     """The recorded dcgm-exporter scrape as a static target: host:port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Fixture)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with static_target(DCGM_FIXTURE) as address:
+        yield address
 
 
 def fixture_values(name: str) -> dict[str, float]:
