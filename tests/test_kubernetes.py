@@ -319,10 +319,39 @@ def test_every_dashboard_is_labelled_for_the_grafana_sidecar(kustomization: str)
         assert json.loads(text)["uid"], configmap["metadata"]["name"]
 
 
+def overlay_bundles() -> dict[str, str]:
+    return dict(import_generator("generate_prometheusrule").OVERLAY_BUNDLES)
+
+
+@pytest.mark.parametrize("overlay", sorted(overlay_bundles()))
+def test_an_overlay_with_its_own_rule_bundle_ships_that_bundles_dashboards(overlay: str) -> None:
+    """Under the node-exporter bundles the default dashboards would read bottleneck_* host (and GPU) series
+    nobody exports: the overlay's ConfigMaps hold its bundle's dashboards instead, same names, same keys."""
+    bundle = overlay_bundles()[overlay]
+    data = {key: value for cm in dashboard_configmaps(f"overlays/{overlay}") for key, value in cm["data"].items()}
+    committed = sorted((ROOT / "grafana" / "bundles" / bundle).glob("*.json"))
+    assert data == {path.name: path.read_text() for path in committed}
+    assert all(bundle in json.loads(text)["title"] for text in data.values())
+    kustomization = yaml.safe_load((KUBERNETES / "overlays" / overlay / "kustomization.yaml").read_text())
+    assert {"path": "grafana-dashboards.yaml"} in kustomization["patches"]
+
+
+def test_every_overlay_dashboard_patch_is_written_and_checked_by_the_generator() -> None:
+    """One line in OVERLAY_BUNDLES wires an overlay's rules and dashboards; a patch no entry writes would drift."""
+    generate_dashboards = import_generator("generate_dashboards")
+    committed = generate_dashboards.committed_files()
+    assert set(committed) == {KUBERNETES / "base" / "grafana-dashboards.yaml",
+                              *(KUBERNETES / "overlays").glob("*/grafana-dashboards.yaml")}
+    assert {generate_dashboards.patch_target(overlay) for overlay in overlay_bundles()} <= set(committed)
+    for target, render_text in committed.items():
+        assert render_text() == target.read_text(), target
+
+
 def test_dashboard_configmaps_fit_kubernetes_size_limits() -> None:
     """1 MiB per object (etcd), and client-side apply's last-applied-configuration annotation (the whole object
     as JSON) under the 256 KiB limit on all annotations, so even `kubectl apply` without --server-side works."""
-    for configmap in dashboard_configmaps():
+    overlays = [configmap for overlay in overlay_bundles() for configmap in dashboard_configmaps(f"overlays/{overlay}")]
+    for configmap in [*dashboard_configmaps(), *overlays]:
         as_json = json.dumps(configmap, separators=(",", ":"))
         assert len(as_json.encode()) < 1024 * 1024
         assert len(as_json.encode()) + sum(map(len, configmap["metadata"]["annotations"].values())) < 256 * 1024, \
