@@ -19,7 +19,16 @@ from typing import Any
 
 from exporter.dashboards.panels import Panel, Query, text
 from exporter.heuristics.catalogue import MissingSignal, signal
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, GPU, HOST, OURS, SOURCES, family_of
+from exporter.heuristics.sources import (
+    BUNDLES,
+    DCGM_BESIDE_OURS,
+    DEFAULT_BUNDLE,
+    GPU,
+    HOST,
+    OURS,
+    SOURCES,
+    family_of,
+)
 
 UID_MAX = 40  # Grafana refuses longer dashboard UIDs
 
@@ -76,7 +85,12 @@ class Signals:
         needs: dict[str, list[str]] = {}
         for name in sorted(lacking):
             family, _ = family_of(name) or (HOST, "")
-            needs.setdefault(SOURCES[family][OURS].what, []).append(f"`{name}`")
+            what = SOURCES[family][OURS].what
+            if family == GPU and bundle.gpu == DCGM_BESIDE_OURS:
+                # Our collector runs here, but exports only what dcgm-exporter lacks; dcgm-exporter's twin of
+                # this series carries other labels than the ours it would be compared with.
+                what += " exporting it (the bundle's only-unique preset does not)"
+            needs.setdefault(what, []).append(f"`{name}`")
         read = {HOST: bundle.host, GPU: bundle.gpu}
         reads = "; ".join(f"{word} series from {SOURCES[family][read[family]].what}"
                           for family, word in ((HOST, "host"), (GPU, "GPU")))
