@@ -17,7 +17,7 @@ from exporter.heuristics import catalogue, generate
 from exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
 from exporter.heuristics.scenarios import Timeline, process, store_of
 from exporter.heuristics.scenarios import node as node_series
-from exporter.heuristics.sources import BUNDLES
+from exporter.heuristics.sources import BUNDLES, Unreadable
 from tests.conftest import ROOT
 
 # The change: iowait counts as busy (a core waiting for storage is not free for the loaders).
@@ -138,3 +138,20 @@ def test_a_heuristic_that_compares_a_record_its_expression_does_not_read_is_refu
 def test_the_committed_node_dashboard_draws_the_catalogues_signal() -> None:
     committed = json.loads((ROOT / "grafana/dashboards/bottleneck-node.json").read_text())
     assert signal("cpu_busy", node.N) in panel_queries(committed, "Busy per core")
+
+
+def test_bundle_rewrite_refuses_what_no_twin_can_stand_for() -> None:
+    """A peer's unit scaled inside a range, a twin that is an expression under matchers, a series with no twin:
+    the bundle has no such signal (Unreadable names the series) rather than a query that silently reads wrong."""
+    dcgm, node_exporter = BUNDLES["node-exporter-dcgm-only"], BUNDLES["node-exporter"]
+    with pytest.raises(Unreadable) as err:  # dcgm-exporter's energy is in mJ: rate(x * 0.001[w]) is no PromQL
+        dcgm.rewrite("rate(bottleneck_gpu_energy_joules_total[5m])")
+    assert err.value.names == {"bottleneck_gpu_energy_joules_total"}
+    with pytest.raises(Unreadable):  # node_exporter counts CPUs with an expression: it takes no matchers
+        node_exporter.rewrite('bottleneck_cpus{instance="a"}')
+    with pytest.raises(Unreadable):  # PSI has one twin per resource and kind: a selector must pick one
+        node_exporter.rewrite("rate(bottleneck_pressure_seconds_total[5m])")
+    assert node_exporter.rewrite('rate(bottleneck_pressure_seconds_total{resource="io", kind="full", x=~"a,b"}[5m])') \
+        == 'rate(node_pressure_io_stalled_seconds_total{x=~"a,b"}[5m])'
+    assert dcgm.rewrite("bottleneck_gpu_utilization_ratio > 0.5").startswith("max without (UUID")
+    assert node_exporter.rewrite("bottleneck_train_steps_total") == "bottleneck_train_steps_total"

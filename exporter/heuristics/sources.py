@@ -159,21 +159,21 @@ class Unreadable(ValueError):
 
 # A selector of one of our raw series, with its matchers; ``[`` after it makes it a range.
 OUR_SELECTOR = re.compile(r'\b(bottleneck_[a-z0-9_]+)(?:\{((?:"(?:[^"\\]|\\.)*"|[^}"])*)\})?(\[)?')
-MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*')
+MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
 
 
 def _peer_selector(name: str, matchers: str, ranged: bool, table: Mapping[str, tuple[Twin, ...]]) -> str:
     """Our selector ``name{matchers}`` as the peer's series, from its twin in ``table``; Unreadable when no twin
     carries it as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
-    parts = [MATCHER.fullmatch(m) for m in matchers.split(",") if m.strip()]
-    if not all(parts):
+    parts = list(MATCHER.finditer(matchers))
+    if "".join(m.group(0) for m in parts) != matchers:
         raise ValueError(f"selector {name}{{{matchers}}}: matchers not understood")
-    pinned = {m.group(1): m.group(3)[1:-1] for m in parts if m and m.group(2) == "="}
+    pinned = {m.group(1): m.group(3)[1:-1] for m in parts if m.group(2) == "="}
     twins = [t for t in table.get(name, ()) if all(pinned.get(k) == v for k, v in t.match.items())]
     if len(twins) != 1:
         raise Unreadable({name})
     twin = twins[0]
-    rest = ", ".join(m.group(0).strip() for m in parts if m and m.group(1) not in twin.match)
+    rest = ", ".join("".join(m.group(1, 2, 3)) for m in parts if m.group(1) not in twin.match)
     if not PEER_SERIES.fullmatch(twin.series):
         if rest or ranged:
             raise Unreadable({name})
@@ -264,14 +264,16 @@ class Bundle:
             name, matchers, ranged = match.group(1), match.group(2) or "", match.group(3) or ""
             family = (family_of(name) or ("", ""))[0]
             if self.provides(name):
-                (ours_gpu if family == GPU else set()).add(name)
+                if family == GPU:
+                    ours_gpu.add(name)
                 return match.group(0)
             try:
                 peer = _peer_selector(name, matchers, bool(ranged), self._twins(family))
             except Unreadable:
                 lacking.add(name)
                 return match.group(0)
-            (peers_gpu if family == GPU else set()).add(name)
+            if family == GPU:
+                peers_gpu.add(name)
             return peer + ranged
 
         text = OUR_SELECTOR.sub(one, expr)
