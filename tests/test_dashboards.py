@@ -386,10 +386,12 @@ def test_every_query_runs_and_core_panels_show_data(name: str, live: tuple[str, 
     bundle, prometheus = live
     dashboard = load_dashboards(bundle)[name]
     empty = []
+    jobs: dict[str, set[str]] = {}  # panel → the scrape jobs its data came from
     for panel in query_panels(dashboard):
         results = [prometheus.query(live_substitute(target["expr"])) for target in panel["targets"]]
         if not any(results):
             empty.append(panel["title"])
+        jobs[panel["title"]] = {s["metric"].get("job", "") for result in results for s in result}
     left_out = [f"(Bottleneck{heuristic})" for heuristic in resolve(bundle=bundle).left_out]
     core = [title for title in CORE_PANELS[name]
             if title not in notes(dashboard) and not any(alert in title for alert in left_out)]
@@ -397,6 +399,13 @@ def test_every_query_runs_and_core_panels_show_data(name: str, live: tuple[str, 
     assert not missing_core, f"core panels without data ({bundle}): {missing_core}"
     titles = {p["title"] for p in query_panels(dashboard)}
     assert set(core) <= titles, f"core panels renamed: {set(core) - titles}"
+    if name == "bottleneck-node.json":
+        # The data comes from the exporter the bundle reads each family from (our exporter runs its preset).
+        sources = BUNDLES[bundle].sources
+        host = {"bottleneck-exporter": "bottleneck-exporter", "node_exporter": "node-exporter"}[sources["host"]]
+        assert jobs["Disk throughput"] == {host}, jobs["Disk throughput"]
+        gpu = "bottleneck-exporter" if sources["gpu"] == "bottleneck-exporter" else "dcgm-exporter"
+        assert jobs["GPU utilization"] == {gpu}, jobs["GPU utilization"]
 
 
 @pytest.mark.tools
