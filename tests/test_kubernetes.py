@@ -93,7 +93,8 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
 
 
 KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
-                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter"]
+                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter",
+                  "overlays/beside-node-exporter-and-dcgm-only"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -340,16 +341,20 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
 
 
-# overlay (its name is the preset it runs) -> whether its gpu collector exports only what dcgm-exporter lacks
-BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": True, "beside-node-exporter": False}
+# overlay (its name is the preset it runs) -> (the collectors it runs, whether its gpu collector exports only
+# what dcgm-exporter lacks)
+BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": (["gpu", "kubernetes", "training"], True),
+                   "beside-node-exporter": (["gpu", "kubernetes", "training"], False),
+                   "beside-node-exporter-and-dcgm-only": (["training"], False)}
 
 
-@pytest.mark.parametrize(("overlay", "only_unique"), BESIDE_OVERLAYS.items())
-def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_unique: bool,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("overlay", "collectors", "only_unique"),
+                         [(overlay, *expected) for overlay, expected in BESIDE_OVERLAYS.items()])
+def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, collectors: list[str],
+                                                              only_unique: bool, tmp_path: Path) -> None:
     """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
-    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series to it (the
-    config file must not turn a host collector back on)."""
+    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of
+    them) to it (the config file must not turn a collector back on)."""
     from exporter import parts
     from exporter.config import load_yaml
     from exporter.training.registry import TrainingRegistry
@@ -357,6 +362,7 @@ def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_
     objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
+    assert f"--collector.preset={overlay}" not in base["containers"][0]["args"]
     assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={overlay}"]
     args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
     args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
@@ -365,8 +371,28 @@ def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_
     config.write_text(configmap["data"]["config.yml"])
     built = parts.build_collectors(build_parser().parse_args([*args, "--collector.gpu.profile=" + str(
         FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml")]), load_yaml(str(config)), TrainingRegistry())
-    assert sorted(built) == ["gpu", "kubernetes", "training"]
-    assert (built["gpu"].exported is not None) == only_unique  # type: ignore[attr-defined]
+    assert sorted(built) == collectors
+    assert "gpu" not in built or (built["gpu"].exported is not None) == only_unique  # type: ignore[attr-defined]
+
+
+def test_dcgm_only_overlay_has_the_base_daemonset_on_gpu_nodes_without_gpu_access() -> None:
+    """No gpu or kubernetes collector: no NVML (RuntimeClass, NVIDIA_* variables), no kubelet socket, so not
+    root. What is left is the base's DaemonSet, on GPU nodes (where the trainers are), with the preset."""
+    overlay = "beside-node-exporter-and-dcgm-only"
+    spec = copy.deepcopy(by_kind(render(f"overlays/{overlay}"), "DaemonSet")["spec"])
+    gpu_nodes = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["template"]["spec"]["nodeSelector"] == gpu_nodes["nodeSelector"]
+    assert spec["template"]["spec"]["containers"][0]["args"].pop() == f"--collector.preset={overlay}"
+    base = copy.deepcopy(by_kind(render("base"), "DaemonSet")["spec"])
+    base["template"]["spec"]["nodeSelector"] = gpu_nodes["nodeSelector"]
+    (container,) = base["template"]["spec"]["containers"]
+    container["env"] = [e for e in container["env"] if not e["name"].startswith("NVIDIA_")]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "pod-resources"]
+    base["template"]["spec"]["volumes"] = [v for v in base["template"]["spec"]["volumes"]
+                                           if v["name"] != "pod-resources"]
+    assert spec == base
+    assert "pod-resources" in {v["name"] for v in by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+                               ["volumes"]}, "the base still mounts it for the kubernetes collector"
 
 
 @pytest.mark.parametrize("overlay", BESIDE_OVERLAYS)
