@@ -83,9 +83,11 @@ class Process:
 class Prometheus(Process):
     def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
                  alertmanager_url: str | None = None, interval: str = "1s",
-                 peers: dict[str, list[Target]] | None = None) -> None:
+                 peers: dict[str, list[Target]] | None = None,
+                 scrape_configs: list[dict[str, Any]] | None = None) -> None:
         """``peers``: other exporters' scrape jobs (job name → targets), scraped as a stack scrapes them:
-        ``honor_labels: false``, ``instance`` relabelled to the node name as for ours."""
+        ``honor_labels: false``, ``instance`` relabelled to the node name as for ours. ``scrape_configs``: more
+        jobs, written as they are."""
         super().__init__("prometheus", workdir)
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
@@ -100,7 +102,7 @@ class Prometheus(Process):
                 "job_name": job,
                 "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in peer_targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
-            } for job, peer_targets in (peers or {}).items()],
+            } for job, peer_targets in (peers or {}).items()] + list(scrape_configs or []),
         }
         if alertmanager_url:
             config["alerting"] = {"alertmanagers": [{"static_configs": [
@@ -149,3 +151,35 @@ class Alertmanager(Process):
                     "--cluster.listen-address=", "--log.level=warn"])
         self.wait_ready("/-/ready")
         return self
+
+
+# What prometheus-operator puts first in every ServiceMonitor endpoint's relabel_configs (pkg/prometheus/promcfg.go):
+# the target labels namespace, service, pod, container and endpoint, and job = the Service's name (no jobLabel).
+OPERATOR_TARGET_LABELS: list[dict[str, Any]] = [
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+    {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job"},
+    {"source_labels": ["__meta_kubernetes_endpoint_port_name"], "target_label": "endpoint"},
+]
+
+_RELABEL_FIELDS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "separator": "separator",
+                   "regex": "regex", "replacement": "replacement", "modulus": "modulus", "action": "action"}
+
+
+def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ServiceMonitor endpoint's ``relabelings`` (prometheus-operator's RelabelConfig) as the operator writes them
+    into the scrape config: camelCase fields → Prometheus' snake_case, the action lower-cased (the CRD accepts
+    ``Replace`` and ``replace``). A field the CRD does not have is an error, as the API server's validation is."""
+    configs = []
+    for relabeling in relabelings:
+        unknown = set(relabeling) - set(_RELABEL_FIELDS)
+        if unknown:
+            raise ValueError(f"relabelings: unknown field(s) {sorted(unknown)}; RelabelConfig has "
+                             f"{sorted(_RELABEL_FIELDS)}")
+        config = {_RELABEL_FIELDS[k]: v for k, v in relabeling.items()}
+        if "action" in config:
+            config["action"] = str(config["action"]).lower()
+        configs.append(config)
+    return configs

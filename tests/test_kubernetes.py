@@ -430,3 +430,31 @@ def test_push_socket_is_not_writable_by_every_user_of_the_node() -> None:
     assert int(args.push_socket_mode, 8) & 0o007 == 0, args.push_socket_mode
     spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
     assert spec["securityContext"]["runAsGroup"] == 10001, "docs/deploy.md tells training pods to add this group"
+
+
+def gpu_operator_service_monitor(monitor: dict[str, Any]) -> dict[str, Any]:
+    """The ServiceMonitor the GPU Operator creates for dcgm-exporter from its dcgmExporter.serviceMonitor values."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": "nvidia-dcgm-exporter", "labels": monitor.get("additionalLabels", {})},
+            "spec": {"selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
+                     "endpoints": [{"port": "gpu-metrics", "honorLabels": monitor.get("honorLabels", False),
+                                    "relabelings": monitor.get("relabelings", [])}]}}
+
+
+def test_gpu_operator_values_give_dcgm_exporter_a_servicemonitor_the_stack_accepts_and_selects() -> None:
+    """The shipped Helm values (tests/test_e2e_bundles.py runs their relabelling in a real Prometheus) make a
+    ServiceMonitor valid under the CRD schema, selected by the same release label as our overlays'."""
+    values = yaml.safe_load((KUBERNETES / "gpu-operator" / "dcgm-exporter-values.yaml").read_text())
+    monitor = values["dcgmExporter"]["serviceMonitor"]
+    assert monitor["enabled"] is True
+    obj = gpu_operator_service_monitor(monitor)
+    assert crd_errors(obj) == []
+    ours = by_kind(render("overlays/kube-prometheus-stack"), "ServiceMonitor")
+    assert obj["metadata"]["labels"]["release"] == ours["metadata"]["labels"]["release"]
+    (ours_endpoint,) = ours["spec"]["endpoints"]
+    assert monitor["relabelings"][0] in ours_endpoint["relabelings"], "both give instance the node's name alike"
+    # Regression guard: Prometheus' spelling (source_labels) is not a RelabelConfig field; the API server drops
+    # it and the relabelling silently does nothing.
+    misspelled = copy.deepcopy(monitor)
+    misspelled["relabelings"][0]["source_labels"] = misspelled["relabelings"][0].pop("sourceLabels")
+    assert any("source_labels" in error for error in crd_errors(gpu_operator_service_monitor(misspelled)))
