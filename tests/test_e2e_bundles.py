@@ -171,8 +171,10 @@ def fixture_values(name: str) -> dict[str, float]:
     return found
 
 
-def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_path: Path, dcgm_exporter: str) -> None:
-    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, "node-exporter-dcgm"),
+@pytest.mark.parametrize("bundle", ["node-exporter-dcgm", "node-exporter-dcgm-only"])
+def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_path: Path, dcgm_exporter: str,
+                                                                          bundle: str) -> None:
+    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, bundle),
                             peers={"dcgm-exporter": [Target(dcgm_exporter, NODE)]}).start()
     try:
         util_record = f"instance_gpu:bottleneck_gpu_utilization:avg{RATE_WINDOW}"
