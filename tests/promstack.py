@@ -153,8 +153,10 @@ class Alertmanager(Process):
         return self
 
 
-# What prometheus-operator puts first in every ServiceMonitor endpoint's relabel_configs (pkg/prometheus/promcfg.go):
-# the target labels namespace, service, pod, container and endpoint, and job = the Service's name (no jobLabel).
+# What prometheus-operator writes before a ServiceMonitor endpoint's own relabelings in its relabel_configs
+# (generateServiceMonitorConfig, pkg/prometheus/promcfg.go; its keep rules on the Service's labels and port are
+# left out, a static target needs no selection): the target labels namespace, service, pod and container, job =
+# the Service's name (no jobLabel), endpoint = the port's name.
 OPERATOR_TARGET_LABELS: list[dict[str, Any]] = [
     {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
     {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
@@ -170,8 +172,9 @@ _RELABEL_FIELDS = {"sourceLabels": "source_labels", "targetLabel": "target_label
 
 def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A ServiceMonitor endpoint's ``relabelings`` (prometheus-operator's RelabelConfig) as the operator writes them
-    into the scrape config: camelCase fields → Prometheus' snake_case, the action lower-cased (the CRD accepts
-    ``Replace`` and ``replace``). A field the CRD does not have is an error, as the API server's validation is."""
+    into the scrape config (generateRelabelConfig): camelCase fields → Prometheus' snake_case, the action
+    lower-cased (the CRD accepts ``Replace`` and ``replace``). A field RelabelConfig does not have is an error here;
+    the API server would drop it, and the relabelling would silently do less."""
     configs = []
     for relabeling in relabelings:
         unknown = set(relabeling) - set(_RELABEL_FIELDS)
