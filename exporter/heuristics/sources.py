@@ -300,6 +300,6 @@ BUNDLES: dict[str, Bundle] = {b.name: b for b in (
            "from dcgm-exporter and what only bottleneck-exporter's gpu collector has (bottleneck-exporter "
            "--collector.preset=beside-node-exporter-and-dcgm)"),
     Bundle("node-exporter-dcgm-only", NODE_EXPORTER, DCGM, "host series from node_exporter, GPU series from "
-           "dcgm-exporter only (bottleneck-exporter --collector.preset=beside-node-exporter --no-collector.gpu, "
-           "where it has no GPU access)"),
+           "dcgm-exporter only (bottleneck-exporter --collector.preset=beside-node-exporter-and-dcgm-only, where it "
+           "has no GPU access)"),
 )}
