@@ -20,9 +20,17 @@ import yaml
 from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
-from tests.conftest import ROOT, require_tool
-from tests.promstack import (OPERATOR_TARGET_LABELS, Process, Prometheus, Target, operator_relabel_configs,
-                             start_node_exporter, static_target, wait_until)
+from tests.conftest import ROOT
+from tests.promstack import (
+    OPERATOR_TARGET_LABELS,
+    Process,
+    Prometheus,
+    Target,
+    operator_relabel_configs,
+    start_node_exporter,
+    static_target,
+    wait_until,
+)
 from tests.test_bundles import DCGM_FIXTURE
 from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
 
