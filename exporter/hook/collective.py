@@ -213,7 +213,7 @@ class Stopwatches:
 def _cuda_event() -> CudaEventLike:
     import torch
 
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    return torch.cuda.Event(enable_timing=True)
 
 
 def backend_of(group: Any) -> str:

@@ -3,11 +3,11 @@ communication objects.
 
 FSDP2 launches each parameter group's all-gather and reduce-scatter through an ``AllGather`` and a
 ``ReduceScatter`` object that ``FSDPModule.set_custom_all_gather`` / ``set_custom_reduce_scatter`` replace
-(public methods; this was written against torch 2.13). The hook installs, on every FSDP module of the model, objects that delegate both
-the buffer allocation and the call to the ones in force (FSDP's defaults, or a custom one set before the
-hook saw the model) and time the call (``exporter.hook.collective.timed_launch``). The ones in force are
-read from FSDP's parameter groups (``_fsdp_param_groups``, private): where that is missing (another torch
-version), nothing is timed and a line is logged.
+(public methods; written against torch 2.13). The hook installs, on every FSDP module of the model, objects
+that delegate both the buffer allocation and the call to the ones in force (FSDP's defaults, or a custom
+one set before the hook saw the model) and time the call (``exporter.hook.collective.timed_launch``). The
+ones in force are read from FSDP's parameter groups (``_fsdp_param_groups``, private): where that is
+missing (another torch version), nothing is timed and a line is logged.
 
 Not timed: FSDP1 (``FullyShardedDataParallel``), HSDP's all-reduce across replicas, a module with several
 parameter groups (FSDP refuses custom communication there), communication objects set after the hook saw the
