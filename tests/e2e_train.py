@@ -16,7 +16,8 @@
         DDP with the user's own communication hook (torch's fp16 compression), registered before
         or after ``instrument()``; trains N steps, then prints ``result {json}``: whether the gradients
         carry the hook's effect (fp16 rounding: every gradient is a float16 value) and the collective
-        seconds the hook measured (null when it did not time them).
+        seconds the hook measured (null when it did not time them). ``fsdp --steps N`` prints the same line,
+        with the all-gathers and reduce-scatters timed.
     python tests/e2e_train.py input --stop-file PATH --cause-file PATH
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
@@ -105,14 +106,17 @@ def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: f
 
 
 def hook_result(model: torch.nn.Module) -> dict[str, object]:
-    """What the user's hook did to the gradients, and the collective time the bottleneck hook measured."""
+    """What the user's hook did to the gradients, the collective time the bottleneck hook measured, and the
+    FSDP collectives it timed."""
     from exporter.hook.session import Session
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     session = Session.of(model)
     clock = session.collectives if session is not None else None
+    from exporter.hook.collective_fsdp import launches
+
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
-            "collective_seconds": clock.seconds() if clock is not None else None}
+            "collective_seconds": clock.seconds() if clock is not None else None, "fsdp_launches": launches(model)}
 
 
 def main() -> int:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,13 +96,13 @@ def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: s
     assert all(p.returncode == 0 for p in ranks), logs
 
 
-def run_user_hook_job(order: str | None, steps: int = 4) -> list[dict[str, object]]:
+def run_short_job(order: str | None, steps: int = 4, mode: str = "ddp") -> list[dict[str, Any]]:
     """Two gloo ranks of DDP with torch's fp16-compression hook registered by the user, ``order`` (before or
-    after) ``instrument()``, or none; each rank's result line (see tests/e2e_train.py)."""
+    after) ``instrument()``, or none (or of FSDP2); each rank's result line (see tests/e2e_train.py)."""
     port = str(free_port())
     hook = ["--comm-hook", "fp16", "--hook-order", order] if order else []
     ranks = [subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), "ddp", "--steps", str(steps), *hook], cwd=ROOT,
+        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo",
@@ -121,8 +122,8 @@ def run_user_hook_job(order: str | None, steps: int = 4) -> list[dict[str, objec
 
 def test_users_comm_hook_registered_after_instrument_runs_and_is_timed() -> None:
     # Without the user's hook, the hook's own default all-reduce leaves float32 gradients.
-    assert not any(r["fp16_gradients"] for r in run_user_hook_job(None))
-    results = run_user_hook_job("after")
+    assert not any(r["fp16_gradients"] for r in run_short_job(None))
+    results = run_short_job("after")
     assert len(results) == 2, results
     # The user's hook did its work (every gradient went through float16), and the hook timed it.
     assert all(r["fp16_gradients"] for r in results), results
@@ -132,7 +133,15 @@ def test_users_comm_hook_registered_after_instrument_runs_and_is_timed() -> None
 def test_users_comm_hook_registered_before_instrument_still_runs_untimed() -> None:
     """DDP holds a hook registered before the bottleneck hook saw the model: it is left alone (not
     replaced, nothing raised into training), and its time is not measured (said in the log)."""
-    results = run_user_hook_job("before")
+    results = run_short_job("before")
     assert len(results) == 2, results
     assert all(r["fp16_gradients"] for r in results), results
     assert all(r["collective_seconds"] is None for r in results), results
+
+
+def test_fsdp_all_gathers_and_reduce_scatters_are_both_timed() -> None:
+    results = run_short_job(None, steps=3, mode="fsdp")
+    assert len(results) == 2, results
+    for result in results:
+        assert result["fsdp_launches"]["all_gather"] > 0 and result["fsdp_launches"]["reduce_scatter"] > 0, result
+        assert result["collective_seconds"] > 0, result

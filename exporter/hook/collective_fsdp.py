@@ -29,11 +29,13 @@ log = logging.getLogger("exporter.hook")
 class TimedAllGather:
     def __init__(self, inner: Any, watches: Stopwatches) -> None:
         self.inner, self.watches = inner, watches
+        self.launches = 0  # what a test or a debugging session reads to see that FSDP calls us
 
     def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
         return self.inner.allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor: Any, input_tensor: Any, group: Any, async_op: bool = False) -> Any:
+        self.launches += 1
         return timed_launch(self.watches.for_group(group), lambda: self.inner(
             output_tensor=output_tensor, input_tensor=input_tensor, group=group, async_op=async_op))
 
@@ -41,11 +43,13 @@ class TimedAllGather:
 class TimedReduceScatter:
     def __init__(self, inner: Any, watches: Stopwatches) -> None:
         self.inner, self.watches = inner, watches
+        self.launches = 0
 
     def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
         return self.inner.allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor: Any, input_tensor: Any, group: Any, op: Any, async_op: bool = False) -> Any:
+        self.launches += 1
         return timed_launch(self.watches.for_group(group), lambda: self.inner(
             output_tensor=output_tensor, input_tensor=input_tensor, group=group, op=op, async_op=async_op))
 
@@ -63,9 +67,24 @@ def attach(watches: Stopwatches, model: Any) -> bool:
     return timed > 0
 
 
+def param_groups(module: Any) -> list[Any]:
+    """FSDP's parameter groups of one FSDP module (private: ``_fsdp_param_groups``)."""
+    return list(module._get_fsdp_state()._fsdp_param_groups)
+
+
+def launches(model: Any) -> dict[str, int]:
+    """All-gathers and reduce-scatters timed so far on ``model``'s FSDP modules."""
+    counts = {"all_gather": 0, "reduce_scatter": 0}
+    for module in model.modules():
+        for group in param_groups(module) if hasattr(module, "_get_fsdp_state") else ():
+            for key, comm in (("all_gather", group._all_gather_comm), ("reduce_scatter", group._reduce_scatter_comm)):
+                counts[key] += getattr(comm, "launches", 0)
+    return counts
+
+
 def _attach_module(watches: Stopwatches, module: Any) -> int:
     try:
-        groups = list(module._get_fsdp_state()._fsdp_param_groups)
+        groups = param_groups(module)
     except Exception:
         log.info("bottleneck hook: this torch's FSDP has no parameter groups where expected; FSDP "
                  "collectives not timed", exc_info=True)
