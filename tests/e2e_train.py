@@ -116,7 +116,8 @@ def hook_result(model: torch.nn.Module) -> dict[str, object]:
     from exporter.hook.collective_fsdp import launches
 
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
-            "collective_seconds": clock.seconds() if clock is not None else None, "fsdp_launches": launches(model)}
+            "collective_seconds": clock.seconds() if clock is not None else None, "fsdp_launches": launches(model),
+            "step_seconds": session.clock.totals().step_seconds if session is not None else None}
 
 
 def main() -> int:
