@@ -248,9 +248,9 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "access, engine exception, channel reset): usually the application, sometimes the GPU.",
               "regex"),
     Parameter("collective_ratio", 0.5, "Share of the step a rank has a collective in flight (DDP's gradient "
-              "all-reduce, from launch to completion) above which it is communication-bound. All-reduce "
-              "overlaps backward, and backward is about two thirds of a step's compute: below this share the "
-              "backward can still hide it."),
+              "all-reduce, FSDP's all-gather and reduce-scatter, from launch to completion) above which it is "
+              "communication-bound. Gradient collectives overlap backward, and backward is about two thirds "
+              "of a step's compute: below this share the backward can still hide it."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
@@ -952,17 +952,20 @@ HEURISTICS: tuple[Heuristic, ...] = (
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} spends most of its step in collectives.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} has a "
-        "collective (gradient all-reduce) in flight {{ $value | humanizePercentage }} of every step (threshold "
+        "collective (DDP's all-reduce, FSDP's all-gather or reduce-scatter) in flight "
+        "{{ $value | humanizePercentage }} of every step (threshold "
         "${collective_ratio:pct}).",
         advice="Communicate less or hide it: larger DDP buckets (bucket_cap_mb=100 or more) so fewer, bigger "
         "all-reduces overlap backward; gradient accumulation (no_sync() on the micro-batches) or a larger "
-        "batch per rank; gradient compression (fp16/bf16 comm hooks); a faster network (InfiniBand/RoCE, more "
+        "batch per rank; gradient compression (fp16/bf16 comm hooks); with FSDP, fewer and larger fully_shard "
+        "units, reshard_after_forward=False where memory allows (no all-gather again in backward), HSDP "
+        "(shard within a node, replicate across nodes); a faster network (InfiniBand/RoCE, more "
         "NICs). Check that NCCL uses the right interface and transport: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, "
         "NCCL_IB_DISABLE=0, NCCL_DEBUG=INFO shows what it picked.",
-        meaning="The rank spends more of each step waiting for its gradient all-reduce than the backward pass "
-        "can hide: the model's gradients are large for the network (a big model, a small batch per rank), "
-        "the buckets too small to overlap, or the interconnect slow. A rank that waits much less than its "
-        "peers is the one they wait for (BottleneckStragglerRank).",
+        meaning="The rank spends more of each step waiting for its collectives than the forward and backward "
+        "passes can hide: the model's parameters and gradients are large for the network (a big model, a "
+        "small batch per rank), the buckets too small to overlap, or the interconnect slow. A rank that "
+        "waits much less than its peers is the one they wait for (BottleneckStragglerRank).",
         evidence="`bottleneck_train_phase_seconds_total{phase=\"collective\"}` against `phase=\"step\"` and "
         "`phase=\"backward\"` per rank (the collective phase overlaps backward and is no part of the step's "
         "sum of phases); the NICs' `bottleneck_network_transmit_bytes_total` against "
