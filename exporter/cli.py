@@ -27,6 +27,7 @@ from exporter.collectors.orchestrator import Orchestrator
 from exporter.config import ConfigError, Parser, load_yaml
 from exporter.parts import build_collectors
 from exporter.status import Status, logs
+from exporter.status import peers as status_peers
 from exporter.training.registry import TrainingRegistry
 from exporter.web.config import load_web_config
 from exporter.web.server import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="The status page samples the exporter itself when nothing scraped it for this long "
                      f"(default: {DEFAULT_STATUS_INTERVAL:g})")
     parts.add_arguments(parser)
+    status_peers.add_arguments(parser)
     logging_group = parser.add_argument_group("logging")
     logging_group.add_argument("--log.level", dest="log_level", default="info", choices=list(logs.LEVELS),
                                type=str.lower,  # DEBUG as well as debug, as Prometheus accepts
@@ -119,6 +121,7 @@ def run_exporter(argv: Sequence[str]) -> int:
                               f"{args.telemetry_path!r}")
         file_config = load_yaml(args.config_file) if args.config_file else {}
         web_config = load_web_config(args.web_config_file) if args.web_config_file else None
+        bundle, peers = status_peers.settings(args, file_config, args.config_file or "")
         running = parts.build_parts(args, file_config, training, args.config_file or "")
     except (ConfigError, ValueError) as err:
         # Refuse to start: a half-applied config is worse than none. The message names the flag or file and key.
@@ -130,7 +133,7 @@ def run_exporter(argv: Sequence[str]) -> int:
         for extra in (ProcessCollector, PlatformCollector, GCCollector):
             extra(registry=registry)
     status = Status(Orchestrator(running), running, listen_address=args.listen_address,
-                    telemetry_path=args.telemetry_path, interval=args.status_interval)
+                    telemetry_path=args.telemetry_path, interval=args.status_interval, bundle=bundle, peers=peers)
     registry.register(status.recorder)
 
     try:

@@ -75,7 +75,7 @@ def _position(err: yaml.YAMLError) -> str:
 
 
 # Top-level sections and who owns them. Sections other than "collectors" are validated by their owners.
-KNOWN_SECTIONS = ("collectors", "push")
+KNOWN_SECTIONS = ("collectors", "push", "status")
 
 
 def collector_settings(

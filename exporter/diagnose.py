@@ -7,7 +7,9 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
   ignored, the ALERTS series tells which verdicts are already firing).
 * standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
   ``--exporter.url``, else the collectors and the push receiver in this process, so a training run
-  instrumented with the hook is seen), then evaluates the same expressions over the samples with the
+  instrumented with the hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and
+  ``--dcgm-exporter.url`` say they are, labelled as Prometheus labels them: ``exporter.peers``), then evaluates
+  the expressions of the bundle those exporters feed (``--bundle`` picks another) over the samples with the
   Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is
   respected as far as the window allows: the expressions are evaluated at every sample, and a verdict whose
   condition has not held for its ``for:`` is shown as pending, with the time it still needs.
@@ -37,19 +39,36 @@ from exporter.config import Parser
 from exporter.heuristics import gotemplate
 from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
 from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from exporter.heuristics.sources import BUNDLES, DCGM, DCGM_TWINS, DEFAULT_BUNDLE, NODE_EXPORTER, NODE_EXPORTER_TWINS
+from exporter.peers import (
+    DEFAULT_URLS,
+    PEER_NAMES,
+    Peer,
+    PeerError,
+    Points,
+    bundle_for,
+    check_bundle,
+    peer,
+    scrape,
+    unjudged,
+)
 from exporter.push.schema import JOB_LABEL
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
-# What each family tells; shown when it is absent, because the rules that need it cannot fire then.
+PEER_TIMEOUT = 5.0  # seconds for one scrape of node_exporter or dcgm-exporter
+# What each family tells (ours, or its twin from node_exporter or dcgm-exporter); shown when none of them is
+# there, because the rules that need it cannot fire then.
 DATA_HINTS = (
-    ("bottleneck_train_steps_total", "training telemetry: no process instrumented with the hook pushed to "
-                                     "the exporter (docs/hook.md)"),
-    ("bottleneck_gpu_up", "GPU metrics: no NVML GPU (or the gpu collector is off)"),
-    ("bottleneck_training_process_info", "training processes: none found on the node(s)"),
-    ("bottleneck_cpu_seconds_total", "host CPU metrics (the cpu collector is off?)"),
+    (("bottleneck_train_steps_total",), "training telemetry: no process instrumented with the hook pushed to "
+                                        "the exporter (docs/hook.md)"),
+    (("bottleneck_gpu_up", DCGM_TWINS["bottleneck_gpu_utilization_ratio"][0].series),
+     "GPU metrics: no NVML GPU (or the gpu collector is off), no dcgm-exporter series"),
+    (("bottleneck_training_process_info",), "training processes: none found on the node(s)"),
+    (("bottleneck_cpu_seconds_total", NODE_EXPORTER_TWINS["bottleneck_cpu_seconds_total"][0].series),
+     "host CPU metrics: the cpu collector is off and no node_exporter series (beside node_exporter: "
+     "--node-exporter.url, docs/coexistence.md)"),
 )
 
 
@@ -100,6 +119,10 @@ class Report:
     errors: list[tuple[str, str]]  # (alert, message)
     missing: list[str]
     window_seconds: float | None = None
+    bundle: str = DEFAULT_BUNDLE
+    # What was sampled (standalone): name, url, job, scrapes, failed, error (the first failure's), alerts it
+    # left unjudged when it never answered.
+    sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def critical(self) -> bool:
@@ -180,13 +203,14 @@ def diagnose_prometheus(catalogue: Catalogue, client: PrometheusClient) -> Repor
         key = {**finding.labels, "alertname": finding.rule.alert, "severity": finding.rule.severity}
         finding.state = states.get(tuple(sorted(key.items())))
     missing = []
-    for family, hint in DATA_HINTS:
+    for families, hint in DATA_HINTS:
         try:
-            if not client.query(f"count({family})"):
+            if not client.query(f'count({{__name__=~"{"|".join(families)}"}})'):
                 missing.append(hint)
         except PromQLError:
             pass
-    return Report("prometheus", client.url, time.time(), len(catalogue.alerts), _sorted(findings), errors, missing)
+    return Report("prometheus", client.url, time.time(), len(catalogue.alerts), _sorted(findings), errors, missing,
+                  bundle=catalogue.bundle)
 
 
 # ---------------------------------------------------------------------------------------------- standalone
@@ -256,32 +280,55 @@ class InProcessSource:
         return [(s.name, dict(s.labels), float(s.value)) for family in self.registry.collect() for s in family.samples]
 
 
-def sample(source: ScrapeSource | InProcessSource, window: float, interval: float, instance: str,
-           progress: Callable[[float, float], None], scrape_job: str, clock: Callable[[], float] = time.time,
-           sleep: Callable[[float], None] = time.sleep) -> tuple[SeriesStore, float, float]:
-    """Sample ``source`` every ``interval`` seconds for ``window`` seconds; returns (store, first, last).
+@dataclasses.dataclass
+class Sampled:
+    """One exporter's record over the window: how many scrapes, how many failed, the first failure."""
 
-    Each sample also records ``up{job=scrape_job} 1``, as Prometheus does for a successful scrape: the rules
-    about the monitoring itself (exporter down or absent) then read what they would read in Prometheus."""
-    points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    name: str
+    url: str
+    job: str
+    scrapes: int = 0
+    failed: int = 0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def sample(source: ScrapeSource | InProcessSource, window: float, interval: float, instance: str,
+           progress: Callable[[float, float], None], scrape_job: str, peers: Sequence[Peer] = (),
+           clock: Callable[[], float] = time.time,
+           sleep: Callable[[float], None] = time.sleep) -> tuple[SeriesStore, float, float, list[Sampled]]:
+    """Sample ``source`` (and ``peers``) every ``interval`` seconds for ``window`` seconds; returns (store,
+    first, last, what each exporter answered).
+
+    The samples are labelled as a Prometheus scrape labels them (``exporter.peers``): ``source`` in the
+    ``scrape_job``, each peer in its own job, all with ``instance``, and each scrape records its ``up``. The
+    rules about the monitoring itself (exporter down or absent) then read what they would read in Prometheus.
+    A peer that does not answer costs its own series (``up`` 0), never the others'."""
+    points = Points(instance)
+    record = [Sampled("bottleneck-exporter", getattr(source, "url", "in-process"), scrape_job),
+              *(Sampled(p.name, p.url, p.job) for p in peers)]
     first = last = clock()
     end = first + window
     while True:
         now = clock()
-        for name, labels, value in [*source.samples(), ("up", {"job": scrape_job}, 1.0)]:
-            if not math.isfinite(value) and not math.isnan(value):
-                continue
-            key = tuple(sorted({**labels, "instance": instance, "__name__": name}.items()))
-            points.setdefault(key, []).append((now, value))
+        points.add(now, scrape_job, source.samples())
+        record[0].scrapes += 1
+        for target, sampled in zip(peers, record[1:], strict=True):
+            sampled.scrapes += 1
+            try:
+                points.add(now, target.job, scrape(target, PEER_TIMEOUT))
+            except PeerError as error:
+                sampled.failed += 1
+                sampled.error = sampled.error or str(error)
+                points.add(now, target.job, (), up=False)
         last = now
         progress(now - first, window)
         if now >= end:
             break
         sleep(max(0.0, min(interval, end - clock())))
-    store = SeriesStore()
-    for key, series in points.items():
-        store.add(dict(key), series)
-    return store, first, last
+    return points.store(), first, last, record
 
 
 def diagnose_store(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple[list[Finding], list[tuple[str, str]]]:
@@ -329,17 +376,17 @@ def hold_states(catalogue: Catalogue, store: SeriesStore, times: Sequence[float]
         finding.needs_seconds = None if missing <= 0 else missing
 
 
-def sample_times(store: SeriesStore) -> list[float]:
-    """When the samples were taken: the times of the ``up`` series ``sample`` records with each one."""
+def sample_times(store: SeriesStore, job: str) -> list[float]:
+    """When the samples were taken: the times of the ``up`` series ``sample`` records for ``job``."""
     for labels, times, _ in store.series():
-        if labels.get("__name__") == "up":
+        if labels.get("__name__") == "up" and labels.get("job") == job:
             return list(times)
     return []
 
 
 def missing_in(store: SeriesStore) -> list[str]:
     names = {labels["__name__"] for labels, _, _ in store.series()}
-    return [hint for family, hint in DATA_HINTS if family not in names]
+    return [hint for families, hint in DATA_HINTS if not names.intersection(families)]
 
 
 # ---------------------------------------------------------------------------------------------- output
@@ -351,7 +398,10 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
     if report.window_seconds is not None:
         where += f", {report.window_seconds:.0f}s sampled"
     lines = [f"bottleneck-exporter diagnose: {len(shown)} verdict(s) from {where}; "
-             f"{report.rules} rules evaluated"]
+             f"{report.rules} rules evaluated, bundle {report.bundle}"]
+    for source in report.sources:
+        answered = f"{source['scrapes'] - source['failed']}/{source['scrapes']} scrapes answered"
+        lines.append(f"  {source['name']} ({source['url']}, job {source['job']}): {answered}")
     if not shown:
         lines.append("No bottleneck found: no rule's condition holds.")
     subject = None
@@ -374,6 +424,12 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
             lines += [f"{indent}{'':<10}{rest}" for rest in wrapped[1:]]
     if report.missing:
         lines += ["", "No data for (rules that need it cannot fire):"] + [f"  - {m}" for m in report.missing]
+    for source in report.sources:
+        if source["error"]:
+            lines += ["", f"{source['name']} did not answer {source['failed']} of {source['scrapes']} scrapes "
+                      f"(first: {source['error']})"
+                      + (f"; judged without its series: {', '.join(source['unjudged'])}" if source["unjudged"]
+                         else "")]
     if report.errors:
         lines += ["", "Could not evaluate:"] + [f"  - {alert}: {message}" for alert, message in report.errors]
     return "\n".join(lines) + "\n"
@@ -382,7 +438,8 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100) ->
 def render_json(report: Report, min_severity: str = "info") -> str:
     shown = [f for f in report.findings if SEVERITY_RANK[f.rule.severity] <= SEVERITY_RANK[min_severity]]
     return json.dumps({
-        "source": report.source, "target": report.target, "evaluated_at": report.evaluated_at,
+        "source": report.source, "target": report.target, "bundle": report.bundle, "sources": report.sources,
+        "evaluated_at": report.evaluated_at,
         "window_seconds": report.window_seconds, "rules_evaluated": report.rules,
         "critical": report.critical, "verdicts": [f.as_dict() for f in shown],
         "missing": report.missing, "errors": [{"alert": a, "error": e} for a, e in report.errors],
@@ -398,6 +455,9 @@ examples:
   bottleneck-exporter diagnose --window=60          # this node: the running exporter, else in-process
   bottleneck-exporter diagnose --severity=critical --json
   bottleneck-exporter diagnose --set data_wait_ratio=0.3 --window=30 --no-collector.gpu
+  bottleneck-exporter diagnose --node-exporter.url=http://localhost:9100/metrics   # bundle node-exporter
+  bottleneck-exporter diagnose --node-exporter.url=http://localhost:9100/metrics \\
+      --dcgm-exporter.url=http://localhost:9400/metrics                          # bundle node-exporter-dcgm
 
 Standalone without a running exporter, the exporter's own flags (--path.procfs, --no-collector.gpu,
 --push.socket, ...; see bottleneck-exporter --help) configure the collectors sampled in this process.
@@ -415,14 +475,19 @@ def build_parser() -> Parser:
     add = parser.add_argument
     add("--prometheus.url", dest="prometheus_url", metavar="URL",
         help="evaluate the rules with this Prometheus (e.g. http://prometheus:9090)")
-    add("--bundle", choices=list(BUNDLES), default=DEFAULT_BUNDLE,
-        help="with --prometheus.url: the rule bundle matching the exporters Prometheus scrapes, e.g. node-exporter "
-        "where node_exporter provides the host series (default: bottleneck; see docs/runbook.md#bundles)")
+    add("--bundle", choices=list(BUNDLES), default=None,
+        help="the rule bundle matching the exporters, e.g. node-exporter where node_exporter provides the host "
+        "series (default: with --prometheus.url bottleneck; standalone, the bundle the exporters given feed: "
+        "bottleneck, node-exporter with --node-exporter.url, node-exporter-dcgm with both; docs/runbook.md#bundles)")
     add("--prometheus.timeout", dest="timeout", type=float, default=30.0, metavar="SECONDS",
         help="per-query timeout (default: 30)")
     add("--exporter.url", dest="exporter_url", metavar="URL",
         help=f"standalone: sample this running exporter (default: {DEFAULT_EXPORTER_URL} when it answers, "
         "else the collectors and push receiver in this process)")
+    for source in PEER_NAMES:
+        flag = PEER_NAMES[source].replace("_", "-")
+        add(f"--{flag}.url", dest=f"{flag.replace('-', '_')}_url", metavar="URL",
+            help=f"standalone: also sample {PEER_NAMES[source]} here, e.g. {DEFAULT_URLS[source]}")
     add("--window", type=float, default=60.0, metavar="SECONDS",
         help="standalone: how long to sample (default: 60)")
     add("--interval", type=float, default=5.0, metavar="SECONDS",
@@ -498,18 +563,24 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         overrides: dict[str, object] = dict(parse_sets(args.sets))
         if args.prometheus_url and rest:
             raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")
-        if args.bundle != DEFAULT_BUNDLE and not args.prometheus_url:
-            raise CatalogueError(f"--bundle {args.bundle} needs --prometheus.url: standalone diagnose samples "
-                                 "only bottleneck-exporter")
+        peers = _peers(args)
+        if args.prometheus_url and peers:
+            raise CatalogueError("--node-exporter.url and --dcgm-exporter.url are for standalone diagnose; with "
+                                 "--prometheus.url, Prometheus scrapes them (pick their bundle with --bundle)")
+        if args.prometheus_url:
+            args.bundle = args.bundle or DEFAULT_BUNDLE
+        else:
+            args.bundle = args.bundle or bundle_for(p.source for p in peers)
+            check_bundle(args.bundle, (p.source for p in peers))
         catalogue = resolve(overrides, bundle=args.bundle)
-    except CatalogueError as error:
+    except (CatalogueError, ValueError) as error:
         print(f"bottleneck-exporter diagnose: error: {error}", file=err)
         return EXIT_USAGE
     try:
         if args.prometheus_url:
             report = diagnose_prometheus(catalogue, PrometheusClient(args.prometheus_url, args.timeout))
         else:
-            report = _standalone(args, rest, overrides, err)
+            report = _standalone(args, rest, overrides, peers, err)
     except Unreachable as error:
         print(f"bottleneck-exporter diagnose: cannot reach {error}", file=err)
         return EXIT_UNREACHABLE
@@ -521,7 +592,14 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     return EXIT_CRITICAL if report.critical else EXIT_OK
 
 
-def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, object], err: TextIO) -> Report:
+def _peers(args: argparse.Namespace) -> list[Peer]:
+    """The peers given by flag; raises ValueError for a URL that is not http(s)."""
+    urls = {NODE_EXPORTER: args.node_exporter_url, DCGM: args.dcgm_exporter_url}
+    return [peer(source, url) for source, url in urls.items() if url]
+
+
+def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, object], peers: list[Peer],
+                err: TextIO) -> Report:
     from exporter.config import ConfigError
 
     source: ScrapeSource | InProcessSource
@@ -536,21 +614,33 @@ def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, 
             raise CatalogueError(f"bad exporter flags: {' '.join(rest)}") from None
         except ConfigError as error:
             raise CatalogueError(str(error)) from None
-    err.write(f"sampling {source.describe()} for {args.window:.0f}s, every {args.interval:g}s\n")
+    described = ", ".join([source.describe(), *(p.describe() for p in peers)])
+    err.write(f"sampling {described} for {args.window:.0f}s, every {args.interval:g}s (bundle {args.bundle})\n")
+    for given in peers:
+        try:
+            scrape(given, PEER_TIMEOUT)
+        except PeerError as error:  # said now, and in the report: the rest is still worth sampling
+            err.write(f"warning: {error}; the verdicts that read it cannot be judged\n")
+    scrape_job = str(resolve(overrides).parameters["exporter_job"])
     source.start()
     try:
         # A first scrape primes collectors whose ratios are "since the previous scrape".
-        store, first, last = sample(source, args.window, args.interval, socket.gethostname(), _progress(err),
-                                    str(resolve(overrides).parameters["exporter_job"]))
+        store, first, last, sampled = sample(source, args.window, args.interval, socket.gethostname(),
+                                             _progress(err), scrape_job, peers)
     finally:
         source.stop()
     window = max(1, math.ceil(last - first) + 1)
-    catalogue = resolve({**overrides, "rate_window": f"{window}s"})
+    catalogue = resolve({**overrides, "rate_window": f"{window}s"}, bundle=args.bundle)
     findings, errors = diagnose_store(catalogue, store, last)
-    hold_states(catalogue, store, sample_times(store), findings)
+    hold_states(catalogue, store, sample_times(store, scrape_job), findings)
     kind = "exporter" if isinstance(source, ScrapeSource) else "in-process"
     target = source.url if isinstance(source, ScrapeSource) else socket.gethostname()
-    return Report(kind, target, last, len(catalogue.alerts), findings, errors, missing_in(store), last - first)
+    # A peer that never answered leaves the verdicts that read it unjudged: named, not silently absent.
+    sources = [{**sampled[0].as_dict(), "unjudged": []}] + [
+        {**s.as_dict(), "unjudged": unjudged(catalogue, [p.source]) if s.failed == s.scrapes else []}
+        for p, s in zip(peers, sampled[1:], strict=True)]
+    return Report(kind, target, last, len(catalogue.alerts), findings, errors, missing_in(store), last - first,
+                  args.bundle, sources)
 
 
 if __name__ == "__main__":

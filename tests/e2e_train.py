@@ -9,6 +9,15 @@
         logging or checkpointing); its peers wait for it in the next step's all-reduce, inside backward.
         --embedding adds an embedding table of ROWS x 16 (dense gradients): a big model whose every step
         computes little and all-reduces the whole table, so the all-reduce dominates the step.
+    python tests/e2e_train.py fsdp --stop-file PATH [--embedding ROWS]
+        the same job sharded by FSDP2 (``fully_shard`` on the table, the layers and the root): each step
+        all-gathers the parameters and reduce-scatters the gradients (the table's dominate).
+    python tests/e2e_train.py ddp --steps N --comm-hook fp16 --hook-order before|after
+        DDP with the user's own communication hook (torch's fp16 compression), registered before
+        or after ``instrument()``; trains N steps, then prints ``result {json}``: whether the gradients
+        carry the hook's effect (fp16 rounding: every gradient is a float16 value) and the collective
+        seconds the hook measured (null when it did not time them). ``fsdp --steps N`` prints the same line,
+        with the all-gathers and reduce-scatters timed.
     python tests/e2e_train.py input --stop-file PATH --cause-file PATH
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
@@ -20,9 +29,11 @@ node's exporter) under BOTTLENECK_JOB.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -71,34 +82,57 @@ def stop_requested(stop_file: str) -> bool:
     return requested
 
 
-def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: float = 0.0) -> int:
+def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: float = 0.0,
+          steps_wanted: int = 0, after_instrument: Callable[[], None] | None = None) -> int:
     from exporter.hook import instrument
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = instrument(loader, model=model, optimizer=optimizer)
+    if after_instrument is not None:
+        after_instrument()
     steps = 0
     while True:
         for x, y in batches:
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
+            if steps_wanted and steps + 1 == steps_wanted:
+                return steps + 1  # the gradients of the last step are left for the caller to look at
             optimizer.step()
             steps += 1
-            if stop_requested(stop_file):
+            if not steps_wanted and stop_requested(stop_file):
                 return steps
             if between:
                 time.sleep(between)  # host work between steps: writing a log line, a checkpoint
 
 
+def hook_result(model: torch.nn.Module) -> dict[str, object]:
+    """What the user's hook did to the gradients, the collective time the bottleneck hook measured, and the
+    FSDP collectives it timed."""
+    from exporter.hook.session import Session
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    session = Session.of(model)
+    clock = session.collectives if session is not None else None
+    from exporter.hook.collective_fsdp import launches
+
+    return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
+            "collective_seconds": clock.seconds() if clock is not None else None, "fsdp_launches": launches(model),
+            "step_seconds": session.clock.totals().step_seconds if session is not None else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["ddp", "input"])
-    parser.add_argument("--stop-file", required=True)
+    parser.add_argument("mode", choices=["ddp", "fsdp", "input"])
+    parser.add_argument("--stop-file", default="")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=0.2)
     parser.add_argument("--between-seconds", type=float, default=0.0)
     parser.add_argument("--cause-file")
     parser.add_argument("--item-seconds", type=float, default=0.01)
     parser.add_argument("--embedding", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--comm-hook", choices=["fp16"])
+    parser.add_argument("--hook-order", choices=["before", "after"], default="after")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # several ranks share a small test machine
@@ -109,10 +143,32 @@ def main() -> int:
         dist.init_process_group("gloo", init_method="env://")
         rank = dist.get_rank()
         slow = rank == args.slow_rank
-        model = torch.nn.parallel.DistributedDataParallel(
-            Model(args.slow_seconds if slow and not args.between_seconds else 0, args.embedding))
+        local = Model(args.slow_seconds if slow and not args.between_seconds else 0, args.embedding)
         loader = DataLoader(Samples(256), batch_size=8, num_workers=0)
-        steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0)
+        register = None
+        if args.mode == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for module in (local.table, *local.net):
+                if module is not None and any(True for _ in module.parameters()):
+                    fully_shard(module)
+            model: torch.nn.Module = fully_shard(local)
+        else:
+            model = torch.nn.parallel.DistributedDataParallel(local)
+            if args.comm_hook:
+                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+                ddp = model
+
+                def register() -> None:
+                    ddp.register_comm_hook(dist.group.WORLD, fp16_compress_hook)
+
+                if args.hook_order == "before":
+                    register()
+                    register = None
+        steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0, args.steps, register)
+        if args.steps:
+            print("result", json.dumps(hook_result(model)), flush=True)
         dist.destroy_process_group()
     print(f"trained {steps} steps", flush=True)
     return 0

@@ -1,7 +1,8 @@
 """A small PromQL linter for dashboard queries, in the spirit of Grafana's dashboard-linter.
 
 Findings (strings) for one expression:
-- a counter (``_total``, ``_bucket``, ``_count``, ``_sum``) used outside ``rate``/``increase``/``irate``;
+- a counter (``_total``, ``_bucket``, ``_count``, ``_sum``, or a peer exporter's twin of one of our counters:
+  ``node_vmstat_pswpin``) used outside ``rate``/``increase``/``irate`` (``count`` of its series is fine);
 - ``rate``/``increase``/``irate`` over something that is not a counter;
 - a ``rate``/``increase``/``irate`` whose range is not ``$__rate_interval``.
 
@@ -13,8 +14,13 @@ from __future__ import annotations
 
 import re
 
+from exporter.collectors.coexistence import DCGM_EXPORTER, NODE_EXPORTER
+
 COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 RATE_FUNCTIONS = {"rate", "increase", "irate"}
+# Peers' counters named without a counter suffix (node_vmstat_pswpin), from the twins of our counters.
+PEER_COUNTERS = {twin.series for table in (NODE_EXPORTER, DCGM_EXPORTER) for ours, twins in table.items()
+                 if ours.endswith(COUNTER_SUFFIXES) for twin in twins}
 LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"} | LABEL_LIST_KEYWORDS
 AGGREGATIONS = {
@@ -71,8 +77,8 @@ def lint(expr: str) -> list[str]:
             if stack and stack[-1] == "labels":
                 continue
             owner = next((f for f in reversed(stack) if f), "")
-            is_counter = text.endswith(COUNTER_SUFFIXES)
-            if is_counter and owner not in RATE_FUNCTIONS:
+            is_counter = text.endswith(COUNTER_SUFFIXES) or text in PEER_COUNTERS
+            if is_counter and owner not in (*RATE_FUNCTIONS, "count"):
                 findings.append(f"counter {text} used outside rate/increase/irate (inside {owner or 'nothing'})")
             if owner in RATE_FUNCTIONS and not is_counter:
                 findings.append(f"{owner}() over {text}, which is not a counter")

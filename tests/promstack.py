@@ -11,10 +11,13 @@ forces): the scrape job owns ``job``, the training job rides in ``training_job``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import http.server
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +83,22 @@ class Process:
                 self.proc.wait()
 
 
+def start_node_exporter(workdir: Path) -> Process:
+    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port."""
+    exporter = Process("node_exporter", workdir)
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    exporter.wait_ready("/metrics")
+    return exporter
+
+
 class Prometheus(Process):
     def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
                  alertmanager_url: str | None = None, interval: str = "1s",
-                 peers: dict[str, list[Target]] | None = None) -> None:
+                 peers: dict[str, list[Target]] | None = None,
+                 scrape_configs: list[dict[str, Any]] | None = None) -> None:
         """``peers``: other exporters' scrape jobs (job name → targets), scraped as a stack scrapes them:
-        ``honor_labels: false``, ``instance`` relabelled to the node name as for ours."""
+        ``honor_labels: false``, ``instance`` relabelled to the node name as for ours. ``scrape_configs``: more
+        jobs, written as they are."""
         super().__init__("prometheus", workdir)
         self.workdir = workdir
         self.config = workdir / "prometheus.yml"
@@ -100,7 +113,7 @@ class Prometheus(Process):
                 "job_name": job,
                 "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in peer_targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
-            } for job, peer_targets in (peers or {}).items()],
+            } for job, peer_targets in (peers or {}).items()] + list(scrape_configs or []),
         }
         if alertmanager_url:
             config["alerting"] = {"alertmanagers": [{"static_configs": [
@@ -149,3 +162,64 @@ class Alertmanager(Process):
                     "--cluster.listen-address=", "--log.level=warn"])
         self.wait_ready("/-/ready")
         return self
+
+
+@contextlib.contextmanager
+def static_target(exposition: Path) -> Iterator[str]:
+    """A recorded scrape (a dcgm-exporter's, which needs a GPU to run) served over HTTP as a scrape target:
+    yields its host:port."""
+    body = exposition.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+# What prometheus-operator writes before a ServiceMonitor endpoint's own relabelings in its relabel_configs
+# (generateServiceMonitorConfig, pkg/prometheus/promcfg.go; its keep rules on the Service's labels and port are
+# left out, a static target needs no selection): the target labels namespace, service, pod and container, job =
+# the Service's name (no jobLabel), endpoint = the port's name.
+OPERATOR_TARGET_LABELS: list[dict[str, Any]] = [
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+    {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job"},
+    {"source_labels": ["__meta_kubernetes_endpoint_port_name"], "target_label": "endpoint"},
+]
+
+_RELABEL_FIELDS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "separator": "separator",
+                   "regex": "regex", "replacement": "replacement", "modulus": "modulus", "action": "action"}
+
+
+def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ServiceMonitor endpoint's ``relabelings`` (prometheus-operator's RelabelConfig) as the operator writes them
+    into the scrape config (generateRelabelConfig): camelCase fields → Prometheus' snake_case, the action
+    lower-cased (the CRD accepts ``Replace`` and ``replace``). A field RelabelConfig does not have is an error here;
+    the API server would drop it, and the relabelling would silently do less."""
+    configs = []
+    for relabeling in relabelings:
+        unknown = set(relabeling) - set(_RELABEL_FIELDS)
+        if unknown:
+            raise ValueError(f"relabelings: unknown field(s) {sorted(unknown)}; RelabelConfig has "
+                             f"{sorted(_RELABEL_FIELDS)}")
+        config = {_RELABEL_FIELDS[k]: v for k, v in relabeling.items()}
+        if "action" in config:
+            config["action"] = str(config["action"]).lower()
+        configs.append(config)
+    return configs

@@ -16,10 +16,11 @@ import requests
 import yaml
 
 from exporter import diagnose
+from exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
-from exporter.heuristics.replay import replay
-from exporter.heuristics.scenarios import SCENARIOS, Series
+from exporter.heuristics.replay import ScenarioError, replay, scrape_job
+from exporter.heuristics.scenarios import FIRES, SCENARIOS, Series
 from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, GPU, HOST, OURS, family_of, gpu_unique
 from tests.conftest import ROOT, require_tool
 from tests.promstack import Process
@@ -53,21 +54,57 @@ def test_every_bundles_rule_files_pass_promtool_check() -> None:
 
 
 @pytest.mark.parametrize("bundle", OTHER_BUNDLES)
-def test_promtool_runs_the_scenario_table_translated_to_the_bundles_sources(bundle: str, tmp_path: Path) -> None:
+def test_promtool_runs_the_committed_scenario_table_of_the_bundle(bundle: str, tmp_path: Path) -> None:
+    """The file an operator runs (promtool test rules prometheus/bundles/<bundle>/tests/scenarios.yml), from
+    another directory: the rule files are found next to it. Its content is drift-tested with every generated
+    file (tests/test_rules.py); generating it replays every scenario through the Python evaluator first
+    (ScenarioError when it disagrees with the scenario's exact expectation)."""
+    path = ROOT / generate.bundle_rule_test(bundle)
+    tests = yaml.safe_load(path.read_text())["tests"]
     catalogue = resolve(bundle=bundle)
-    (tmp_path / "recording-rules.yml").write_text(generate.render_recording_rules(catalogue))
-    (tmp_path / "alert-rules.yml").write_text(generate.render_alert_rules(catalogue))
-    # render_rule_tests replays every scenario through the Python evaluator first (ScenarioError when it
-    # disagrees with the scenario); promtool then checks Prometheus against the same expectations.
-    tests = generate.render_rule_tests(catalogue, ["recording-rules.yml", "alert-rules.yml"])
-    for relative, text in tests.items():
-        (tmp_path / Path(relative).name).write_text(text)
-    expected = {generate.rule_test_path(h) for h in {s.alert for s in SCENARIOS}} - {
-        generate.rule_test_path(h) for h in catalogue.left_out}
-    assert set(tests) == expected
-    result = subprocess.run([require_tool("promtool"), "test", "rules", *sorted(Path(t).name for t in tests)],
-                            capture_output=True, text=True, cwd=tmp_path)
+    alerts = {check["alertname"] for test in tests for check in test["alert_rule_test"]}
+    assert alerts == {r.alert for r in catalogue.alerts}, "every alert of the bundle, and only those"
+    assert len(tests) == len([s for s in SCENARIOS if s.alert not in catalogue.left_out
+                              and s.runs_in(BUNDLES[bundle])])
+    result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                            cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert result.stdout.count("SUCCESS") == 1
+
+
+@pytest.mark.parametrize(("bundle", "alert", "job"), [
+    ("bottleneck", "CpuSaturated", "bottleneck-exporter"),
+    ("node-exporter", "CpuSaturated", "node-exporter"),
+    ("node-exporter", "GpuTooHot", "bottleneck-exporter"),
+    ("node-exporter-dcgm", "NetworkBound", "node-exporter"),
+    ("node-exporter-dcgm", "GpuTooHot", "dcgm-exporter"),  # the temperature is dcgm-exporter's
+    ("node-exporter-dcgm", "GpuThrottled", "bottleneck-exporter"),  # the clock events only we have
+    ("node-exporter-dcgm", "InputBound", "bottleneck-exporter"),
+    ("node-exporter-dcgm-only", "GpuMemoryNearlyFull", "dcgm-exporter"),
+])
+def test_committed_bundle_tests_expect_the_scrape_job_of_the_exporter_whose_series_label_the_alert(
+        bundle: str, alert: str, job: str) -> None:
+    """Regression: the scenario expectations (written with our job) were compared with a bundle's alerts
+    ignoring the job; now they are translated to the job the alert really carries, and compared exactly."""
+    catalogue = resolve(bundle=bundle)
+    assert scrape_job(catalogue.alert(alert)) == job
+    if bundle == DEFAULT_BUNDLE:
+        return
+    tests = yaml.safe_load((ROOT / generate.bundle_rule_test(bundle)).read_text())["tests"]
+    jobs = {expected["exp_labels"]["job"] for test in tests for check in test["alert_rule_test"]
+            if check["alertname"] == f"Bottleneck{alert}" for expected in check["exp_alerts"]}
+    assert jobs == {job}
+
+
+def test_a_scenario_expecting_the_wrong_scrape_job_fails_its_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.heuristics.replay as replay_module
+
+    catalogue = resolve(bundle="node-exporter")
+    scenario = next(s for s in SCENARIOS if s.alert == "NetworkBound" and s.kind == FIRES)
+    replay(scenario, catalogue)
+    monkeypatch.setattr(replay_module, "scrape_job", lambda rule: "bottleneck-exporter")
+    with pytest.raises(ScenarioError, match="'job': 'bottleneck-exporter'"):
+        replay(scenario, catalogue)
 
 
 def test_node_exporter_bundle_reads_no_series_of_our_host_collectors() -> None:
@@ -163,7 +200,8 @@ def test_diagnose_with_another_bundle_needs_prometheus_as_standalone_samples_onl
 
 
 @pytest.mark.parametrize(("overlay", "bundle"), [("beside-node-exporter-and-dcgm", "node-exporter-dcgm"),
-                                                 ("beside-node-exporter", "node-exporter")])
+                                                 ("beside-node-exporter", "node-exporter"),
+                                                 ("beside-node-exporter-and-dcgm-only", "node-exporter-dcgm-only")])
 def test_the_beside_overlay_installs_its_bundle(overlay: str, bundle: str) -> None:
     generator = ROOT / "deploy/kubernetes/generate_prometheusrule.py"
     check = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True, timeout=60)
@@ -179,7 +217,8 @@ def test_the_beside_overlay_installs_its_bundle(overlay: str, bundle: str) -> No
 
 
 @pytest.mark.parametrize(("bundle", "preset"), [("node-exporter", "beside-node-exporter"),
-                                                ("node-exporter-dcgm", "beside-node-exporter-and-dcgm")])
+                                                ("node-exporter-dcgm", "beside-node-exporter-and-dcgm"),
+                                                ("node-exporter-dcgm-only", "beside-node-exporter-and-dcgm-only")])
 def test_the_exporter_under_the_bundles_preset_exports_every_series_of_ours_the_bundle_reads(
         bundle: str, preset: str, start_exporter: Any) -> None:
     """The bundle and the preset describe the same deployment: what the rules read from us, the preset keeps."""
@@ -192,6 +231,8 @@ def test_the_exporter_under_the_bundles_preset_exports_every_series_of_ours_the_
     ours = {m for m in read if family_of(m) in ((GPU, OURS), (HOST, OURS))}
     assert not {m for m in read if family_of(m) == (HOST, OURS)}
     # Series that only appear with an event (an XID) are absent from both scrapes; the preset keeps the rest.
-    assert ours & scraped["default"] and ours & scraped["default"] <= scraped["preset"], \
-        sorted(ours & scraped["default"] - scraped["preset"])
+    assert ours & scraped["default"] <= scraped["preset"], sorted(ours & scraped["default"] - scraped["preset"])
     assert all(gpu_unique(m) for m in ours - scraped["default"])
+    if not ours:  # the GPU series come from dcgm-exporter alone: none of ours, not even kubernetes' GPU info
+        assert not {m for m in scraped["preset"] if m.startswith("bottleneck_gpu_") or m in NODE_EXPORTER_TWINS}
+        assert {m for m in scraped["default"] if m.startswith("bottleneck_gpu_")}

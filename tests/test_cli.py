@@ -81,7 +81,8 @@ def test_an_invalid_choice_gets_the_closest_one() -> None:
     ("collectors:\n  gpu:\n    max-processes: 0\n", "collectors.gpu.max-processes: expected a positive"),
     ("push:\n  max-job: 3\n", "push.max-job: unknown setting"),
     ("push:\n  job-expiry: soon\n", "push.job-expiry: expected a duration"),
-    ("colectors: {}\n", "colectors: unknown top-level key (known: collectors, push); did you mean 'collectors'?"),
+    ("colectors: {}\n",
+     "colectors: unknown top-level key (known: collectors, push, status); did you mean 'collectors'?"),
 ])
 def test_a_config_file_error_names_the_file_and_the_key(tmp_path: Path, content: str, names: str) -> None:
     config = tmp_path / "exporter.yml"

@@ -297,8 +297,8 @@ def test_preset_beside_node_exporter_keeps_the_gpu_collector_whole() -> None:
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_flags_and_the_config_file_win_over_a_preset(preset: str, tmp_path: Path) -> None:
     config = tmp_path / "config.yml"
-    config.write_text("collectors:\n  memory:\n    enabled: true\n  gpu:\n    only-unique: false\n")
-    args = build_parser().parse_args([f"--collector.preset={preset}", "--collector.cpu",
+    config.write_text("collectors:\n  memory:\n    enabled: true\n  gpu:\n    enabled: true\n    only-unique: false\n")
+    args = build_parser().parse_args([f"--collector.preset={preset}", "--collector.cpu", "--collector.kubernetes",
                                       f"--collector.gpu.profile={PROFILE}", f"--config.file={config}"])
     built = parts.build_collectors(args, load_yaml(str(config)), TrainingRegistry())
     assert sorted(built) == ["cpu", "gpu", "kubernetes", "memory", "training"]

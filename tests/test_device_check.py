@@ -1,5 +1,6 @@
 """scripts/device-check without a GPU: it stops at once saying so, and its steps run on CPU (--cpu-dry-run):
-the exporter's scrape through promtool, the hook's loop and its paired cost."""
+the exporter's scrape through promtool, the hook's loop and its paired cost, DDP's and FSDP's collectives
+on two gloo ranks."""
 
 from __future__ import annotations
 
@@ -33,5 +34,7 @@ def test_cpu_dry_run_runs_every_step_and_reports_it():
     assert result.returncode == 0, out + result.stderr
     for line in ("ok   promtool check metrics: clean", 'ok   training loop on cpu under sync debug mode "error"',
                  "ok   hook internal errors: 0", "per step, host ms: data_wait",
-                 "hook's cost on cpu: added per step (median of pairs):", "device-check: all checks passed"):
+                 "hook's cost on cpu: added per step (median of pairs):",
+                 "ok   ddp: collective time on the host timeline", "ok   fsdp: collective time on the host timeline",
+                 "ok   exported collective phase:", "device-check: all checks passed"):
         assert line in out, out

@@ -5,24 +5,33 @@ node-exporter-dcgm bundle. Short rate window and ``for:`` (generator parameters)
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
 import re
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+import yaml
 
 from exporter import diagnose
 from exporter.heuristics import generate
 from exporter.heuristics.catalogue import resolve
-from tests.conftest import free_port, require_tool
-from tests.promstack import Process, Prometheus, Target, wait_until
+from tests.conftest import ROOT, free_port
+from tests.promstack import (
+    OPERATOR_TARGET_LABELS,
+    Process,
+    Prometheus,
+    Target,
+    operator_relabel_configs,
+    start_node_exporter,
+    static_target,
+    wait_until,
+)
 from tests.test_bundles import DCGM_FIXTURE
 from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
 
@@ -42,9 +51,7 @@ def bundle_rules(tmp_path: Path, bundle: str) -> list[Path]:
 
 @pytest.fixture
 def node_exporter(tmp_path: Path) -> Iterator[Process]:
-    exporter = Process("node_exporter", tmp_path)
-    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
-    exporter.wait_ready("/metrics")
+    exporter = start_node_exporter(tmp_path)
     yield exporter
     exporter.stop()
 
@@ -136,28 +143,11 @@ def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our
         prometheus.stop()
 
 
-class _Fixture(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = DCGM_FIXTURE.read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def dcgm_exporter() -> Iterator[str]:
     """The recorded dcgm-exporter scrape as a static target: host:port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Fixture)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with static_target(DCGM_FIXTURE) as address:
+        yield address
 
 
 def fixture_values(name: str) -> dict[str, float]:
@@ -170,8 +160,10 @@ def fixture_values(name: str) -> dict[str, float]:
     return found
 
 
-def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_path: Path, dcgm_exporter: str) -> None:
-    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, "node-exporter-dcgm"),
+@pytest.mark.parametrize("bundle", ["node-exporter-dcgm", "node-exporter-dcgm-only"])
+def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_path: Path, dcgm_exporter: str,
+                                                                          bundle: str) -> None:
+    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, bundle),
                             peers={"dcgm-exporter": [Target(dcgm_exporter, NODE)]}).start()
     try:
         util_record = f"instance_gpu:bottleneck_gpu_utilization:avg{RATE_WINDOW}"
@@ -192,5 +184,126 @@ def test_recorded_dcgm_exporter_scrape_records_our_normalised_gpu_signals(tmp_pa
                                                                                  "gpu", "uuid"}, s["metric"]
         pods = {s["metric"]["uuid"]: s["metric"].get("pod") for s in util}
         assert pods["GPU-00000000-0000-0000-0000-000000000000"] == "resnet-0"
+    finally:
+        prometheus.stop()
+
+
+def _steps_pushed(exporter: Any, job: str) -> bool:
+    text = requests.get(f"{exporter.url}/metrics", timeout=10).text
+    return bool(re.search(rf'bottleneck_train_steps_total{{[^}}]*training_job="{job}"[^}}]*}} [1-9]', text))
+
+
+def _standalone(args: list[str]) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    code = diagnose.main([*args, "--json"], stdout=out, stderr=io.StringIO())
+    return code, json.loads(out.getvalue())
+
+
+def test_standalone_diagnose_reads_node_exporter_names_input_bound_and_survives_it_missing(
+        tmp_path: Path, start_exporter: Any, node_exporter: Process,
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+    """No Prometheus: diagnose samples our exporter (host collectors off, as under the preset) and the real
+    node_exporter, and evaluates the node-exporter bundle it picks from the flags."""
+    socket_path = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={socket_path}", "--collector.preset=beside-node-exporter",
+                               "--no-collector.gpu"])
+    trainers("e2e-slow", "slow", socket_path)
+    wait_until(lambda: _steps_pushed(exporter, "e2e-slow"), 120, "the trainer's steps on our /metrics")
+    ours = ["--exporter.url", f"{exporter.url}/metrics", "--window", "16", "--interval", "2"]
+
+    code, report = _standalone([*ours, "--node-exporter.url", f"http://127.0.0.1:{node_exporter.port}/metrics"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    assert report["bundle"] == "node-exporter"
+    assert [(s["name"], s["job"], s["failed"]) for s in report["sources"]] == [
+        ("bottleneck-exporter", "bottleneck-exporter", 0), ("node_exporter", "node-exporter", 0)]
+    assert not [m for m in report["missing"] if m.startswith("host CPU")]  # node_exporter's CPU series were read
+    slow = {v["alert"] for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-slow"}
+    assert "BottleneckInputBound" in slow
+
+    # node_exporter gone: said, with the verdicts that lack its series; the training verdict is not lost.
+    code, report = _standalone([*ours, "--node-exporter.url", f"http://127.0.0.1:{free_port()}/metrics"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    peer = report["sources"][1]
+    assert peer["failed"] == peer["scrapes"] > 0 and "refused" in peer["error"]
+    assert "BottleneckCpuSaturated" in peer["unjudged"]
+    assert [m for m in report["missing"] if m.startswith("host CPU")]
+    slow = {v["alert"] for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-slow"}
+    assert "BottleneckInputBound" in slow
+
+
+def test_standalone_diagnose_gives_gpu_findings_from_the_recorded_dcgm_exporter_scrape(
+        tmp_path: Path, node_exporter: Process, dcgm_exporter: str) -> None:
+    """The node-exporter-dcgm bundle, standalone: our collectors in process (host and GPU off), node_exporter,
+    and the recorded dcgm-exporter scrape. GPU 1 of the recording has 71202 of 81592 MiB in use: 87%."""
+    code, report = _standalone([
+        "--window", "4", "--interval", "2", "--set", "gpu_memory_full_ratio=0.8",
+        "--node-exporter.url", f"http://127.0.0.1:{node_exporter.port}/metrics",
+        "--dcgm-exporter.url", f"http://{dcgm_exporter}/metrics",
+        "--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
+        f"--push.socket={tmp_path}/push.sock"])
+    assert code in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL)
+    assert report["bundle"] == "node-exporter-dcgm"
+    assert [s["name"] for s in report["sources"]] == ["bottleneck-exporter", "node_exporter", "dcgm-exporter"]
+    assert not [m for m in report["missing"] if m.startswith(("GPU", "host CPU"))]
+    full = [v for v in report["verdicts"] if v["alert"] == "BottleneckGpuMemoryNearlyFull"]
+    assert [(v["labels"]["gpu"], v["labels"]["uuid"], v["labels"]["job"]) for v in full] == [
+        ("1", "GPU-00000001-0000-0000-0000-000000000001", "dcgm-exporter")]
+    assert full[0]["value"] == pytest.approx(71202 / (71202 + 9878 + fixture_values("DCGM_FI_DEV_FB_RESERVED")[
+        "GPU-00000001-0000-0000-0000-000000000001"]))
+    assert full[0]["state"] == "pending" and full[0]["evidence"]
+
+
+GPU_OPERATOR_VALUES = ROOT / "deploy/kubernetes/gpu-operator/dcgm-exporter-values.yaml"
+KUBE_NODE = "gpu-node-1"
+# kube-prometheus-stack's node-exporter ServiceMonitor: instance = the node's name.
+NODE_EXPORTER_RELABELINGS = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance",
+                              "action": "replace"}]
+
+
+def service_monitor_job(service: str, address: str, monitor: dict[str, Any]) -> dict[str, Any]:
+    """The scrape job prometheus-operator writes for a ServiceMonitor endpoint (``monitor``: its honorLabels
+    and relabelings), for one target carrying the labels Kubernetes service discovery gives a pod behind
+    ``service`` on KUBE_NODE."""
+    meta = {"__meta_kubernetes_namespace": "gpu-operator" if "dcgm" in service else "monitoring",
+            "__meta_kubernetes_service_name": service, "__meta_kubernetes_pod_name": f"{service}-x7k2p",
+            "__meta_kubernetes_pod_container_name": service, "__meta_kubernetes_endpoint_port_name": "metrics",
+            "__meta_kubernetes_pod_node_name": KUBE_NODE}
+    return {"job_name": f"serviceMonitor/{service}/0", "honor_labels": bool(monitor.get("honorLabels", False)),
+            "static_configs": [{"targets": [address], "labels": meta}],
+            "relabel_configs": OPERATOR_TARGET_LABELS + operator_relabel_configs(monitor.get("relabelings", []))}
+
+
+def test_the_shipped_dcgm_exporter_relabelling_joins_its_gpus_with_the_node_on_instance(
+        tmp_path: Path, dcgm_exporter: str, node_exporter: Process) -> None:
+    """kube-prometheus-stack's node-exporter and the GPU Operator's dcgm-exporter as prometheus-operator scrapes
+    them: dcgm-exporter twice, with the shipped Helm values' ServiceMonitor and with the chart's defaults
+    (honorLabels false, no relabelings). The node-exporter-dcgm bundle's GPU signals join the node's on
+    instance for the first only."""
+    shipped = yaml.safe_load(GPU_OPERATOR_VALUES.read_text())["dcgmExporter"]["serviceMonitor"]
+    jobs = [service_monitor_job("nvidia-dcgm-exporter", dcgm_exporter, shipped),
+            service_monitor_job("nvidia-dcgm-exporter-defaults", dcgm_exporter, {}),
+            service_monitor_job("node-exporter", f"127.0.0.1:{node_exporter.port}",
+                                {"relabelings": NODE_EXPORTER_RELABELINGS})]
+    prometheus = Prometheus(tmp_path, [], bundle_rules(tmp_path, "node-exporter-dcgm"), scrape_configs=jobs).start()
+    records = {r.key: r.record for r in resolve({"rate_window": RATE_WINDOW}, FOR, "node-exporter-dcgm").records}
+    try:
+        # Every GPU is recorded from both jobs; the rules' joins with the node's CPU (CpuSaturated's starved GPU,
+        # the straggler's node cause) are on instance.
+        util = wait_until(lambda: len(prometheus.query(records["gpu_util"])) == 8 and prometheus.query(
+            records["gpu_util"]), 90, "both dcgm-exporter jobs' GPU utilization recorded")
+        wait_until(lambda: prometheus.query(records["cpu_busy"]), 60, "the node's CPU busy from node_exporter")
+        instances = {s["metric"]["job"]: s["metric"]["instance"] for s in util}
+        assert instances == {"nvidia-dcgm-exporter": KUBE_NODE, "nvidia-dcgm-exporter-defaults": dcgm_exporter}
+        for gpu in ("gpu_util", "gpu_mem", "gpu_temp"):
+            joined = prometheus.query(f'{records[gpu]} * on (instance) group_left () {records["cpu_busy"]}')
+            assert sorted(s["metric"]["gpu"] for s in joined) == ["0", "1", "2", "3"], (gpu, joined)
+            assert {s["metric"]["job"] for s in joined} == {"nvidia-dcgm-exporter"}, gpu
+            assert prometheus.query(f'{records[gpu]}{{job="nvidia-dcgm-exporter-defaults"}} '
+                                    f'and on (instance) {records["cpu_busy"]}') == [], gpu
+        # honorLabels: the workload's pod stays pod; with the chart's default it is exported_pod.
+        pods = {(s["metric"]["job"], s["metric"]["gpu"]): (s["metric"].get("pod"), s["metric"].get("exported_pod"))
+                for s in util}
+        assert pods[("nvidia-dcgm-exporter", "0")] == ("resnet-0", None)
+        assert pods[("nvidia-dcgm-exporter-defaults", "0")] == ("nvidia-dcgm-exporter-defaults-x7k2p", "resnet-0")
     finally:
         prometheus.stop()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,12 +25,13 @@ RANKS = 3
 JOB = "allreduce-bound"
 
 
-def start_ranks(socket_path: Path, stop: Path) -> list[subprocess.Popen[str]]:
+def start_ranks(socket_path: Path, stop: Path, mode: str = "ddp") -> list[subprocess.Popen[str]]:
     """A big model that computes little: an embedding table of 4.2 M parameters (17 MB of dense gradients)
-    looked up by batches of 8, so every step's all-reduce costs more than its compute, on every rank."""
+    looked up by batches of 8, so every step's collectives (DDP's all-reduce; FSDP's all-gather and
+    reduce-scatter) cost more than its compute, on every rank."""
     port = str(free_port())
     return [subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), "ddp", "--embedding", "262144",
+        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), mode, "--embedding", "262144",
          "--stop-file", str(stop)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(RANKS),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo",
@@ -54,17 +56,19 @@ def wait_for_steps(socket_path: Path, ranks: list[subprocess.Popen[str]], steps:
                 continue
             seen[snapshot.rank] = snapshot.steps
             # From the first step on (the comm hook is registered at the first forward).
-            assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the DDP all-reduce"
+            assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the collectives"
     finally:
         sock.close()
         socket_path.unlink()
     assert len(seen) == RANKS and min(seen.values()) >= steps, f"ranks' steps after {timeout}s: {seen}"
 
 
-def test_allreduce_dominated_ddp_job_is_communication_bound(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: str) -> None:
+    """DDP: the gradient all-reduce; FSDP2: the all-gathers and reduce-scatters."""
     socket_path = tmp_path / "push.sock"
     stop = tmp_path / "stop"
-    ranks = start_ranks(socket_path, stop)
+    ranks = start_ranks(socket_path, stop, mode)
     diag = None
     try:
         wait_for_steps(socket_path, ranks, steps=3, timeout=240)
@@ -86,7 +90,58 @@ def test_allreduce_dominated_ddp_job_is_communication_bound(tmp_path: Path) -> N
     report = json.loads(out)
     found = {v["labels"]["rank"]: v["value"] for v in report["verdicts"]
              if v["alert"] == "BottleneckCommunicationBound" and v["labels"].get("training_job") == JOB}
-    # Every rank waits on the same all-reduce: all three are communication-bound.
+    # Every rank waits on the same collectives: all three are communication-bound.
     assert set(found) == {"0", "1", "2"}, (report["verdicts"], report["missing"], logs)
     assert all(0.5 < share <= 1.0 for share in found.values()), found
     assert all(p.returncode == 0 for p in ranks), logs
+
+
+def run_short_job(order: str | None, steps: int = 4, mode: str = "ddp") -> list[dict[str, Any]]:
+    """Two gloo ranks of DDP with torch's fp16-compression hook registered by the user, ``order`` (before or
+    after) ``instrument()``, or none (or of FSDP2); each rank's result line (see tests/e2e_train.py)."""
+    port = str(free_port())
+    hook = ["--comm-hook", "fp16", "--hook-order", order] if order else []
+    ranks = [subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo",
+             "BOTTLENECK_PUSH_ADDRESS": "off", "PYTHONPATH": str(ROOT)}) for rank in range(2)]
+    outputs = []
+    for process in ranks:
+        try:
+            out, _ = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+        assert process.returncode == 0, out
+        outputs.append(out)
+    return [json.loads(line.split(" ", 1)[1]) for out in outputs for line in out.splitlines()
+            if line.startswith("result ")]
+
+
+def test_users_comm_hook_registered_after_instrument_runs_and_is_timed() -> None:
+    # Without the user's hook, the hook's own default all-reduce leaves float32 gradients.
+    assert not any(r["fp16_gradients"] for r in run_short_job(None))
+    results = run_short_job("after")
+    assert len(results) == 2, results
+    # The user's hook did its work (every gradient went through float16), and the hook timed it.
+    assert all(r["fp16_gradients"] for r in results), results
+    assert all(isinstance(r["collective_seconds"], float) and r["collective_seconds"] > 0 for r in results)
+
+
+def test_users_comm_hook_registered_before_instrument_still_runs_untimed() -> None:
+    """DDP holds a hook registered before the bottleneck hook saw the model: it is left alone (not
+    replaced, nothing raised into training), and its time is not measured (said in the log)."""
+    results = run_short_job("before")
+    assert len(results) == 2, results
+    assert all(r["fp16_gradients"] for r in results), results
+    assert all(r["collective_seconds"] is None for r in results), results
+
+
+def test_fsdp_all_gathers_and_reduce_scatters_are_both_timed() -> None:
+    results = run_short_job(None, steps=3, mode="fsdp")
+    assert len(results) == 2, results
+    for result in results:
+        assert result["fsdp_launches"]["all_gather"] > 0 and result["fsdp_launches"]["reduce_scatter"] > 0, result
+        assert result["collective_seconds"] > 0, result

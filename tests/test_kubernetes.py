@@ -93,7 +93,8 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
 
 
 KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
-                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter"]
+                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter",
+                  "overlays/beside-node-exporter-and-dcgm-only"]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -319,10 +320,39 @@ def test_every_dashboard_is_labelled_for_the_grafana_sidecar(kustomization: str)
         assert json.loads(text)["uid"], configmap["metadata"]["name"]
 
 
+def overlay_bundles() -> dict[str, str]:
+    return dict(import_generator("generate_prometheusrule").OVERLAY_BUNDLES)
+
+
+@pytest.mark.parametrize("overlay", sorted(overlay_bundles()))
+def test_an_overlay_with_its_own_rule_bundle_ships_that_bundles_dashboards(overlay: str) -> None:
+    """Under the node-exporter bundles the default dashboards would read bottleneck_* host (and GPU) series
+    nobody exports: the overlay's ConfigMaps hold its bundle's dashboards instead, same names, same keys."""
+    bundle = overlay_bundles()[overlay]
+    data = {key: value for cm in dashboard_configmaps(f"overlays/{overlay}") for key, value in cm["data"].items()}
+    committed = sorted((ROOT / "grafana" / "bundles" / bundle).glob("*.json"))
+    assert data == {path.name: path.read_text() for path in committed}
+    assert all(bundle in json.loads(text)["title"] for text in data.values())
+    kustomization = yaml.safe_load((KUBERNETES / "overlays" / overlay / "kustomization.yaml").read_text())
+    assert {"path": "grafana-dashboards.yaml"} in kustomization["patches"]
+
+
+def test_every_overlay_dashboard_patch_is_written_and_checked_by_the_generator() -> None:
+    """One line in OVERLAY_BUNDLES wires an overlay's rules and dashboards; a patch no entry writes would drift."""
+    generate_dashboards = import_generator("generate_dashboards")
+    committed = generate_dashboards.committed_files()
+    assert set(committed) == {KUBERNETES / "base" / "grafana-dashboards.yaml",
+                              *(KUBERNETES / "overlays").glob("*/grafana-dashboards.yaml")}
+    assert {generate_dashboards.patch_target(overlay) for overlay in overlay_bundles()} <= set(committed)
+    for target, render_text in committed.items():
+        assert render_text() == target.read_text(), target
+
+
 def test_dashboard_configmaps_fit_kubernetes_size_limits() -> None:
     """1 MiB per object (etcd), and client-side apply's last-applied-configuration annotation (the whole object
     as JSON) under the 256 KiB limit on all annotations, so even `kubectl apply` without --server-side works."""
-    for configmap in dashboard_configmaps():
+    overlays = [configmap for overlay in overlay_bundles() for configmap in dashboard_configmaps(f"overlays/{overlay}")]
+    for configmap in [*dashboard_configmaps(), *overlays]:
         as_json = json.dumps(configmap, separators=(",", ":"))
         assert len(as_json.encode()) < 1024 * 1024
         assert len(as_json.encode()) + sum(map(len, configmap["metadata"]["annotations"].values())) < 256 * 1024, \
@@ -340,16 +370,20 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
 
 
-# overlay (its name is the preset it runs) -> whether its gpu collector exports only what dcgm-exporter lacks
-BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": True, "beside-node-exporter": False}
+# overlay (its name is the preset it runs) -> (the collectors it runs, whether its gpu collector exports only
+# what dcgm-exporter lacks)
+BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": (["gpu", "kubernetes", "training"], True),
+                   "beside-node-exporter": (["gpu", "kubernetes", "training"], False),
+                   "beside-node-exporter-and-dcgm-only": (["training"], False)}
 
 
-@pytest.mark.parametrize(("overlay", "only_unique"), BESIDE_OVERLAYS.items())
-def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_unique: bool,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("overlay", "collectors", "only_unique"),
+                         [(overlay, *expected) for overlay, expected in BESIDE_OVERLAYS.items()])
+def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, collectors: list[str],
+                                                              only_unique: bool, tmp_path: Path) -> None:
     """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
-    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series to it (the
-    config file must not turn a host collector back on)."""
+    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of
+    them) to it (the config file must not turn a collector back on)."""
     from exporter import parts
     from exporter.config import load_yaml
     from exporter.training.registry import TrainingRegistry
@@ -357,6 +391,7 @@ def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_
     objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
+    assert f"--collector.preset={overlay}" not in base["containers"][0]["args"]
     assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={overlay}"]
     args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
     args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
@@ -365,8 +400,28 @@ def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, only_
     config.write_text(configmap["data"]["config.yml"])
     built = parts.build_collectors(build_parser().parse_args([*args, "--collector.gpu.profile=" + str(
         FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml")]), load_yaml(str(config)), TrainingRegistry())
-    assert sorted(built) == ["gpu", "kubernetes", "training"]
-    assert (built["gpu"].exported is not None) == only_unique  # type: ignore[attr-defined]
+    assert sorted(built) == collectors
+    assert "gpu" not in built or (built["gpu"].exported is not None) == only_unique  # type: ignore[attr-defined]
+
+
+def test_dcgm_only_overlay_has_the_base_daemonset_on_gpu_nodes_without_gpu_access() -> None:
+    """No gpu or kubernetes collector: no NVML (RuntimeClass, NVIDIA_* variables), no kubelet socket, so not
+    root. What is left is the base's DaemonSet, on GPU nodes (where the trainers are), with the preset."""
+    overlay = "beside-node-exporter-and-dcgm-only"
+    spec = copy.deepcopy(by_kind(render(f"overlays/{overlay}"), "DaemonSet")["spec"])
+    gpu_nodes = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["template"]["spec"]["nodeSelector"] == gpu_nodes["nodeSelector"]
+    assert spec["template"]["spec"]["containers"][0]["args"].pop() == f"--collector.preset={overlay}"
+    base = copy.deepcopy(by_kind(render("base"), "DaemonSet")["spec"])
+    base["template"]["spec"]["nodeSelector"] = gpu_nodes["nodeSelector"]
+    (container,) = base["template"]["spec"]["containers"]
+    container["env"] = [e for e in container["env"] if not e["name"].startswith("NVIDIA_")]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "pod-resources"]
+    base["template"]["spec"]["volumes"] = [v for v in base["template"]["spec"]["volumes"]
+                                           if v["name"] != "pod-resources"]
+    assert spec == base
+    assert "pod-resources" in {v["name"] for v in by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
+                               ["volumes"]}, "the base still mounts it for the kubernetes collector"
 
 
 @pytest.mark.parametrize("overlay", BESIDE_OVERLAYS)
@@ -404,3 +459,31 @@ def test_push_socket_is_not_writable_by_every_user_of_the_node() -> None:
     assert int(args.push_socket_mode, 8) & 0o007 == 0, args.push_socket_mode
     spec = by_kind(render("base"), "DaemonSet")["spec"]["template"]["spec"]
     assert spec["securityContext"]["runAsGroup"] == 10001, "docs/deploy.md tells training pods to add this group"
+
+
+def gpu_operator_service_monitor(monitor: dict[str, Any]) -> dict[str, Any]:
+    """The ServiceMonitor the GPU Operator creates for dcgm-exporter from its dcgmExporter.serviceMonitor values."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": "nvidia-dcgm-exporter", "labels": monitor.get("additionalLabels", {})},
+            "spec": {"selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
+                     "endpoints": [{"port": "gpu-metrics", "honorLabels": monitor.get("honorLabels", False),
+                                    "relabelings": monitor.get("relabelings", [])}]}}
+
+
+def test_gpu_operator_values_give_dcgm_exporter_a_servicemonitor_the_stack_accepts_and_selects() -> None:
+    """The shipped Helm values (tests/test_e2e_bundles.py runs their relabelling in a real Prometheus) make a
+    ServiceMonitor valid under the CRD schema, selected by the same release label as our overlays'."""
+    values = yaml.safe_load((KUBERNETES / "gpu-operator" / "dcgm-exporter-values.yaml").read_text())
+    monitor = values["dcgmExporter"]["serviceMonitor"]
+    assert monitor["enabled"] is True
+    obj = gpu_operator_service_monitor(monitor)
+    assert crd_errors(obj) == []
+    ours = by_kind(render("overlays/kube-prometheus-stack"), "ServiceMonitor")
+    assert obj["metadata"]["labels"]["release"] == ours["metadata"]["labels"]["release"]
+    (ours_endpoint,) = ours["spec"]["endpoints"]
+    assert monitor["relabelings"][0] in ours_endpoint["relabelings"], "both give instance the node's name alike"
+    # Regression guard: Prometheus' spelling (source_labels) is not a RelabelConfig field; the API server drops
+    # it and the relabelling silently does nothing.
+    misspelled = copy.deepcopy(monitor)
+    misspelled["relabelings"][0]["source_labels"] = misspelled["relabelings"][0].pop("sourceLabels")
+    assert any("source_labels" in error for error in crd_errors(gpu_operator_service_monitor(misspelled)))

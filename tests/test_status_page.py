@@ -7,12 +7,14 @@ to docs/status-page.png, the picture in the README.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import requests
 from exporter.status.page import render
 from exporter.status.recorder import MAX_SNAPSHOTS, Recorder
 from tests.conftest import ROOT, require_tool
+from tests.test_e2e_bundles import dcgm_exporter, node_exporter  # noqa: F401 (fixtures)
 from tests.test_hook import wait_for
 
 PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
@@ -105,7 +108,7 @@ def _status(jobs: list | None = None, findings: list | None = None) -> dict:
         "push": {"state": "off", "detail": "not running"},
         "jobs": jobs or [],
         "verdicts": {"window_seconds": 10.0, "snapshots": 3, "findings": findings or [], "errors": [],
-                     "missing": []},
+                     "missing": [], "bundle": "bottleneck", "peers": []},
     }
 
 
@@ -173,3 +176,103 @@ def test_status_json_is_valid_json_before_the_first_collection() -> None:
     json.dumps(data)
     assert data["verdicts"]["snapshots"] == 0 and data["jobs"] == [] and data["gpu"]["state"] == "off"
     assert "Collecting samples" in render({**data, "exporter": {**data["exporter"], "instance": "n"}}).decode()
+
+
+class _Held(http.server.BaseHTTPRequestHandler):
+    """A node_exporter that never answers: each request waits until the test ends."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        type(self).entered.set()
+        type(self).release.wait(60)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.live
+@pytest.mark.tools
+@pytest.mark.torch
+def test_under_the_preset_the_page_judges_host_verdicts_from_node_exporter(start_exporter, tmp_path: Path,
+                                                                           node_exporter) -> None:  # noqa: F811
+    """--collector.preset=beside-node-exporter: our host collectors are off; the page reads the real
+    node_exporter (--status.node-exporter-url) and evaluates the node-exporter bundle."""
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={sock}", "--collector.preset=beside-node-exporter",
+                               "--no-collector.gpu", "--web.status-interval=1",
+                               f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics"])
+    stop = tmp_path / "stop"
+    trainer = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
+         "--stop-file", str(stop)],
+        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": "beside"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def judged() -> dict | None:
+            verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
+            alerts = {f["alert"] for f in verdicts["findings"] if f["labels"].get("training_job") == "beside"}
+            return verdicts if "BottleneckInputBound" in alerts and verdicts["peers"] else None
+
+        verdicts = wait_for(judged, "the input-bound verdict with node_exporter read", timeout=120)
+        assert verdicts["bundle"] == "node-exporter"
+        assert [(p["name"], p["job"], p["up"]) for p in verdicts["peers"]] == [("node_exporter", "node-exporter", True)]
+        # The host CPU series came from node_exporter: our cpu collector is off.
+        assert not [m for m in verdicts["missing"] if m.startswith("host CPU")], verdicts["missing"]
+        assert "bottleneck_cpu_seconds_total" not in requests.get(f"{exporter.url}/metrics", timeout=10).text
+        page = requests.get(f"{exporter.url}/", timeout=30).text
+        assert "Rule bundle node-exporter" in page and "did not answer" not in page
+    finally:
+        stop.touch()
+        trainer.wait(timeout=60)
+
+
+@pytest.mark.live
+def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrape(start_exporter) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Held)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        exporter = start_exporter(["--collector.preset=beside-node-exporter", "--no-collector.gpu",
+                                   "--web.status-interval=1", "--push.disable",
+                                   f"--status.node-exporter-url=http://127.0.0.1:{server.server_address[1]}"])
+        assert _Held.entered.wait(60), "the status page never read node_exporter"
+        # A scrape while the read of node_exporter hangs: answered, with our series.
+        scrape = requests.get(f"{exporter.url}/metrics", timeout=30)
+        assert scrape.status_code == 200 and "bottleneck_scrape_collector_success" in scrape.text
+        assert not _Held.release.is_set()
+
+        def named() -> dict | None:
+            verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
+            return verdicts if verdicts["peers"] and not verdicts["peers"][0]["up"] else None
+
+        peer = wait_for(named, "node_exporter named as not answering", timeout=60)["peers"][0]
+        assert "timed out" in peer["error"] and "BottleneckCpuSaturated" in peer["unjudged"]
+        page = requests.get(f"{exporter.url}/", timeout=30).text
+        assert "node_exporter did not answer" in page and "--status.node-exporter-url" in page
+    finally:
+        _Held.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.live
+@pytest.mark.tools
+def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_exporter, node_exporter,  # noqa: F811
+                                                                    dcgm_exporter: str) -> None:  # noqa: F811
+    """--collector.preset=beside-node-exporter-and-dcgm: node_exporter and the recorded dcgm-exporter scrape are
+    read, the node-exporter-dcgm bundle evaluated; the GPU and host hints of missing data are gone."""
+    exporter = start_exporter(["--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
+                               "--web.status-interval=1", "--push.disable",
+                               f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics",
+                               f"--status.dcgm-exporter-url=http://{dcgm_exporter}/metrics"])
+
+    def read() -> dict | None:
+        verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
+        return verdicts if verdicts["snapshots"] >= 2 and len(verdicts["peers"]) == 2 else None
+
+    verdicts = wait_for(read, "two peers read", timeout=60)
+    assert verdicts["bundle"] == "node-exporter-dcgm"
+    assert [(p["name"], p["up"]) for p in verdicts["peers"]] == [("node_exporter", True), ("dcgm-exporter", True)]
+    assert not [m for m in verdicts["missing"] if m.startswith(("GPU", "host CPU"))], verdicts["missing"]
+    assert "bundle=node-exporter-dcgm" in exporter.output()  # the start line says what the page reads

@@ -7,7 +7,9 @@ The PrometheusRule carries the recording rules (prometheus/recording-rules.yml) 
 (alerts/alert-rules.yml) unchanged, group by group, so the Prometheus Operator loads exactly what promtool
 tests. Each overlay in OVERLAY_BUNDLES patches its groups with a rule bundle (prometheus/bundles/<bundle>/):
 beside-node-exporter-and-dcgm with node-exporter-dcgm (host series from node_exporter, GPU series from
-dcgm-exporter), beside-node-exporter with node-exporter (host series from node_exporter, GPU series ours).
+dcgm-exporter and what only ours has), beside-node-exporter with node-exporter (host series from node_exporter,
+GPU series ours), beside-node-exporter-and-dcgm-only with node-exporter-dcgm-only (GPU series from dcgm-exporter
+alone).
 tests/test_kubernetes.py and tests/test_bundles.py fail when a committed file drifts from these sources.
 """
 
@@ -31,6 +33,7 @@ OVERLAYS = ROOT / "deploy" / "kubernetes" / "overlays"
 OVERLAY_BUNDLES = {
     "beside-node-exporter-and-dcgm": "node-exporter-dcgm",
     "beside-node-exporter": "node-exporter",
+    "beside-node-exporter-and-dcgm-only": "node-exporter-dcgm-only",
 }
 REGENERATE = "python deploy/kubernetes/generate_prometheusrule.py"
 

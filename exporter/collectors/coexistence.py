@@ -9,7 +9,8 @@ processes, the push receiver, and the GPU series no other exporter has. ``--coll
 turns the host collectors off (every series they export has a node_exporter twin in ``NODE_EXPORTER``) and
 makes the gpu collector export only ``GPU_UNIQUE`` (``--collector.gpu.only-unique``): every other GPU series
 has a twin in ``DCGM_EXPORTER``, read from dcgm-exporter's default counters (``etc/default-counters.csv`` of
-NVIDIA/dcgm-exporter; tests/fixtures/dcgm-exporter/ is a scrape of it). A preset only changes defaults: an
+NVIDIA/dcgm-exporter; tests/fixtures/dcgm-exporter/ is a scrape of it). Where the exporter has no GPU access,
+``beside-node-exporter-and-dcgm-only`` leaves every GPU fact to dcgm-exporter. A preset only changes defaults: an
 explicit ``--[no-]collector.<name>`` or ``--collector.<name>.<option>`` (flag or config file) still wins.
 docs/coexistence.md is the table for people; tests/test_coexistence.py holds these tables against the real
 node_exporter and the recorded dcgm-exporter scrape.
@@ -183,11 +184,21 @@ class Preset:
     help: str
     collectors_off: tuple[str, ...]
     options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    # The rule bundle (exporter/heuristics/sources.py) whose sources this preset assumes: the status page
+    # evaluates it, reading the peers it names (--status.node-exporter-url, --status.dcgm-exporter-url).
+    bundle: str = "bottleneck"
 
 
 PRESETS: dict[str, Preset] = {
-    "beside-node-exporter": Preset("host collectors off, the gpu collector whole", HOST_COLLECTORS),
+    "beside-node-exporter": Preset("host collectors off, the gpu collector whole", HOST_COLLECTORS,
+                                   bundle="node-exporter"),
     "beside-node-exporter-and-dcgm": Preset(
         "host collectors off, the gpu collector only what dcgm-exporter lacks (--collector.gpu.only-unique)",
-        HOST_COLLECTORS, {"gpu": {"only-unique": True}}),
+        HOST_COLLECTORS, {"gpu": {"only-unique": True}}, bundle="node-exporter-dcgm"),
+    # Where the exporter has no GPU access (no NVML, no kubelet socket) and dcgm-exporter alone covers the GPUs:
+    # the kubernetes collector only says which pod holds which GPU, which dcgm-exporter's own pod labels say
+    # there. What is left has no twin anywhere: training processes and the push receiver.
+    "beside-node-exporter-and-dcgm-only": Preset(
+        "host, gpu and kubernetes collectors off: training processes and the push receiver only",
+        (*HOST_COLLECTORS, "gpu", "kubernetes"), bundle="node-exporter-dcgm-only"),
 }

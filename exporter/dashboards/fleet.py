@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.dashboards import verdict_catalogue
+from exporter.dashboards import node, verdict_catalogue
 from exporter.dashboards.panels import (
     Panel,
     Query,
@@ -20,9 +20,10 @@ from exporter.dashboards.panels import (
     table,
     timeseries,
 )
+from exporter.dashboards.signals import Signals, drawn
 from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, job_variable, node_variable
-from exporter.heuristics.catalogue import signal
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-fleet"
 N = 'instance=~"$instance"'
@@ -30,8 +31,8 @@ GPUS = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
 
 
-def verdict_panels() -> list[Panel]:
-    firing = verdict_catalogue.firing_selector(f'{N}, training_job=~"$training_job"')
+def verdict_panels(bundle: str) -> list[Panel]:
+    firing = verdict_catalogue.firing_selector(f'{N}, training_job=~"$training_job"', bundle)
     return [
         row("Verdicts"),
         stat(
@@ -51,6 +52,7 @@ def verdict_panels() -> list[Panel]:
             "signal, threshold, advice and runbook.",
             f'{N}, training_job=~"$training_job"',
             "instance, training_job, rank",
+            bundle,
             width=18,
             height=8,
         ),
@@ -67,39 +69,36 @@ def verdict_panels() -> list[Panel]:
     ]
 
 
-def gpu_panels() -> list[Panel]:
+def gpu_panels(s: Signals) -> list[Panel]:
     return [
         row("GPU utilization across the fleet"),
-        stat(
+        drawn(
+            s, stat,
             "Fleet GPU utilization",
             "Mean nvidia-smi GPU-Util over every GPU in the selection.",
             "percentunit",
-            [Query(f'avg(bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}})')],
+            [s.query("gpu_util", GPUS, around=lambda util: f"avg({util})")],
             width=6,
         ),
-        stat(
+        drawn(
+            s, stat,
             "GPUs up / down",
             "GPUs answering NVML, and GPUs lost (GPU_IS_LOST: drain the node).",
             "short",
             [
-                Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
-                Query(f"count(bottleneck_gpu_up{{{N}}} == 0) or vector(0)", "down"),
+                s.query("gpu_up", N, "up", around=lambda up: f"sum({up})"),
+                s.query("gpu_up", N, "down", around=lambda up: f"count({up} == 0) or vector(0)"),
             ],
             width=6,
             decimals=0,
         ),
-        stat(
+        drawn(
+            s, stat,
             "Idle GPU memory held",
             "GPUs holding over half their memory while under 10% utilized: capacity "
             "reserved by jobs that do not use it.",
             "short",
-            [
-                Query(
-                    f"count((bottleneck_gpu_memory_used_bytes{{{N}}} "
-                    f"/ bottleneck_gpu_memory_total_bytes{{{N}}} "
-                    f"> 0.5) and (bottleneck_gpu_utilization_ratio{{{N}}} < 0.1))"
-                )
-            ],
+            [s.query(("gpu_mem", "gpu_util"), N, around=lambda mem, util: f"count(({mem} > 0.5) and ({util} < 0.1))")],
             width=6,
             decimals=0,
         ),
@@ -111,32 +110,24 @@ def gpu_panels() -> list[Panel]:
             width=6,
             decimals=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "GPU utilization per node",
             "Mean GPU-Util of each node's GPUs.",
             "percentunit",
-            [
-                Query(
-                    f'avg by (instance) (bottleneck_gpu_utilization_ratio{{{N}, gpu=~"$gpu"}})',
-                    "{{instance}}",
-                )
-            ],
+            [s.query("gpu_util", GPUS, "{{instance}}", around=lambda util: f"avg by (instance) ({util})")],
             width=12,
             min_value=0,
             max_value=1,
         ),
-        bargauge(
+        drawn(
+            s, bargauge,
             "Least busy GPUs",
             "The ten GPUs with the lowest mean utilization over the selected range: "
             "where to look first for an input-bound or idle job.",
             "percentunit",
-            [
-                Query(
-                    f'bottomk(10, {signal("gpu_util", GPUS, window="$__range")})',
-                    "{{instance}} GPU {{gpu}}",
-                    instant=True,
-                )
-            ],
+            [s.query("gpu_util", GPUS, "{{instance}} GPU {{gpu}}", around=lambda util: f"bottomk(10, {util})",
+                     window="$__range", instant=True)],
             width=12,
             min_value=0,
             max_value=1,
@@ -144,7 +135,7 @@ def gpu_panels() -> list[Panel]:
     ]
 
 
-def job_panels() -> list[Panel]:
+def job_panels(s: Signals) -> list[Panel]:
     data_wait = threshold("data_wait_ratio")
     jobs = f'{N}, training_job=~"$training_job"'
     return [
@@ -176,17 +167,13 @@ def job_panels() -> list[Panel]:
             width=12,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "CPU busy per node",
             "Share of all CPU time busy on each node (not idle, not iowait), as the CPU-saturated verdict "
             "counts it against the dashed line.",
             "percentunit",
-            [
-                Query(
-                    signal("cpu_busy", N),
-                    "{{instance}}",
-                )
-            ],
+            [s.query("cpu_busy", N, "{{instance}}")],
             width=12,
             min_value=0,
             max_value=1,
@@ -203,30 +190,31 @@ def job_panels() -> list[Panel]:
     ]
 
 
-def build(regenerate: str) -> dict[str, Any]:
+def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
+    s = Signals(bundle)
     variables = [
-        node_variable(),
+        node_variable(bundle),
         job_variable(),
-        gpu_variable(),
+        gpu_variable(bundle),
     ]
     links = [
         {
             "type": "link",
             "title": "Node view",
-            "url": "/d/bottleneck-node",
+            "url": f"/d/{s.uid(node.UID)}",
             "includeVars": False,
             "keepTime": True,
             "tooltip": "nvidia-smi + htop + iotop for one node",
         }
     ]
-    panels = [*verdict_panels(), *gpu_panels(), *job_panels()]
+    panels = [*verdict_panels(bundle), *gpu_panels(s), *job_panels(s)]
     return dashboard(
-        UID,
-        "Bottleneck / Fleet overview",
+        s.uid(UID),
+        s.title("Bottleneck / Fleet overview"),
         "Bottleneck verdicts per node and job, and GPU utilization across the fleet.",
         panels,
         variables,
-        tags=["fleet"],
+        tags=s.tags("fleet"),
         links=links,
         regenerate=regenerate,
     )

@@ -1,8 +1,8 @@
 """Node view: the nvidia-smi + htop + iotop picture of one node on one page.
 
-Reads the host collectors' series (gpu, cpu, memory, pressure, disk, network, training processes) for one
-``$instance``; answers "what is this node's hardware doing while the job trains, and which part is the
-bottleneck?".
+Reads the catalogue's host and GPU signals as the bundle's sources carry them (exporter/dashboards/signals.py)
+and the training collector's series, for one ``$instance``; answers "what is this node's hardware doing while
+the job trains, and which part is the bottleneck?".
 """
 
 from __future__ import annotations
@@ -21,79 +21,81 @@ from exporter.dashboards.panels import (
     table,
     timeseries,
 )
-from exporter.dashboards.thresholds import parameter, threshold
+from exporter.dashboards.signals import Signals, drawn
+from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, node_variable
-from exporter.heuristics.catalogue import signal
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-node"
 N = 'instance=~"$instance"'
 G = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
-# The clock-event reasons that cost speed, as the GpuThrottled verdict counts them.
-HARMFUL_CLOCK_REASONS = parameter("throttle_reasons")
 
 
-def gpu_panels() -> list[Panel]:
-    return [row("GPUs"), *gpu_utilization_panels(), *gpu_throttling_panels(), *gpu_link_panels(),
-            *gpu_process_panels()]
+def gpu_panels(s: Signals) -> list[Panel]:
+    return [row("GPUs"), *gpu_utilization_panels(s), *gpu_throttling_panels(s), *gpu_link_panels(s),
+            *gpu_process_panels(s)]
 
 
-def gpu_utilization_panels() -> list[Panel]:
+def gpu_utilization_panels(s: Signals) -> list[Panel]:
     """Whether the GPUs answer, how busy they are and how full their memory is."""
     return [
-        stat(
+        drawn(
+            s, stat,
             "GPUs up",
             "GPUs answering NVML on this node; a GPU that fell off the bus (GPU_IS_LOST) counts as "
             "down and needs draining.",
             "none",
             [
-                Query(f"sum(bottleneck_gpu_up{{{N}}})", "up"),
-                Query(f"count(bottleneck_gpu_up{{{N}}} == 0) or vector(0)", "down"),
+                s.query("gpu_up", N, "up", around=lambda up: f"sum({up})"),
+                s.query("gpu_up", N, "down", around=lambda up: f"count({up} == 0) or vector(0)"),
             ],
             width=4,
             thresholds=[],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "GPU utilization",
-            "nvidia-smi GPU-Util per GPU: share of time at least one kernel ran. A "
-            "sawtooth between ~0 and ~1 means the GPU waits for each batch; a flat low line means small "
+            "nvidia-smi GPU-Util per GPU: share of time at least one kernel ran, averaged over the interval. "
+            "A sawtooth between ~0 and ~1 means the GPU waits for each batch; a flat low line means small "
             "kernels or a small batch.",
             "percentunit",
-            [Query(f"bottleneck_gpu_utilization_ratio{{{G}}}", "GPU {{gpu}}")],
+            [s.query("gpu_util", G, "GPU {{gpu}}")],
             width=10,
             min_value=0,
             max_value=1,
         ),
-        heatmap(
+        drawn(
+            s, heatmap,
             "GPU-Util samples (sub-second)",
             "Distribution of NVML's sub-second GPU-Util samples per "
             "interval. Mass at both 0 and 1 is the sawtooth of a GPU starved between batches; a 15 s average "
             "hides it.",
             "percentunit",
-            [Query(f"sum by (le) (increase(bottleneck_gpu_utilization_samples_bucket{{{G}}}[{RI}]))")],
+            [s.query("gpu_util_samples", G, around=lambda samples: f"sum by (le) ({samples})")],
             width=10,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "GPU memory used",
             "Framebuffer memory used / total per GPU. Low memory with low utilization "
             "suggests a bigger batch; above the nearly-full threshold an OOM is close.",
             "percentunit",
-            [
-                Query(signal("gpu_mem", G), "GPU {{gpu}}")
-            ],
+            [s.query("gpu_mem", G, "GPU {{gpu}}")],
             width=8,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(threshold("gpu_memory_full_ratio"), "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "SM activity and tensor activity (GPM)",
-            "NVML GPM on Hopper and newer: how busy the SMs and "
+            "NVML GPM on Hopper and newer (DCGM profiling fields beside dcgm-exporter): how busy the SMs and "
             "tensor cores really are (GPU-Util counts a single tiny kernel as 100%). Empty on older GPUs.",
             "percentunit",
             [
-                Query(f"bottleneck_gpu_sm_activity_ratio{{{G}}}", "SM activity GPU {{gpu}}"),
-                Query(f"bottleneck_gpu_tensor_activity_ratio{{{G}}}", "tensor GPU {{gpu}}"),
+                s.query("gpu_sm_activity", G, "SM activity GPU {{gpu}}"),
+                s.query("gpu_tensor_activity", G, "tensor GPU {{gpu}}"),
             ],
             width=8,
             min_value=0,
@@ -102,90 +104,82 @@ def gpu_utilization_panels() -> list[Panel]:
     ]
 
 
-def gpu_throttling_panels() -> list[Panel]:
+def gpu_throttling_panels(s: Signals) -> list[Panel]:
     """Temperature, power and clocks: whether the driver holds the GPUs below full speed, and why."""
     return [
-        timeseries(
+        drawn(
+            s, timeseries,
             "Temperature vs slowdown threshold",
             "GPU core temperature and the temperature at which the driver starts slowing the clocks down.",
             "celsius",
             [
-                Query(f"bottleneck_gpu_temperature_celsius{{{G}}}", "GPU {{gpu}}"),
-                Query(f"bottleneck_gpu_slowdown_temperature_celsius{{{G}}}", "slowdown GPU {{gpu}}"),
+                s.query("gpu_temp", G, "GPU {{gpu}}"),
+                s.query("gpu_slowdown_temp", G, "slowdown GPU {{gpu}}"),
             ],
             width=8,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Power draw vs limit",
             "Board power draw and the enforced power limit; draw pinned at the "
             "limit goes with a sw_power_cap throttle reason.",
             "watt",
             [
-                Query(f"bottleneck_gpu_power_watts{{{G}}}", "GPU {{gpu}}"),
-                Query(f"bottleneck_gpu_power_limit_watts{{{G}}}", "limit GPU {{gpu}}"),
+                s.query("gpu_power", G, "GPU {{gpu}}"),
+                s.query("gpu_power_limit", G, "limit GPU {{gpu}}"),
             ],
             width=8,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "SM clock vs max",
             "Current SM clock as a share of its maximum; a drop while busy is throttling.",
             "percentunit",
-            [
-                Query(
-                    f'bottleneck_gpu_clock_hertz{{{G}, clock="sm"}} / '
-                    f'bottleneck_gpu_clock_max_hertz{{{G}, clock="sm"}}',
-                    "GPU {{gpu}}",
-                )
-            ],
+            [s.query("gpu_sm_clock_of_max", G, "GPU {{gpu}}")],
             width=8,
             min_value=0,
             max_value=1,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Throttle reasons active",
             "Clock-event reasons NVML reports as active, only those that cost speed (thermal, HW "
             "slowdown, power brake; the GpuThrottled verdict's list): idle, application-clock and display "
             "reasons are benign.",
             "none",
-            [
-                Query(
-                    f"max by (gpu, reason) (bottleneck_gpu_clock_event_active{{{G}, "
-                    f'reason=~"{HARMFUL_CLOCK_REASONS}"}})',
-                    "GPU {{gpu}} {{reason}}",
-                )
-            ],
+            [s.query("gpu_clock_events", G, "GPU {{gpu}} {{reason}}",
+                     around=lambda events: f"max by (gpu, reason) ({events})")],
             width=8,
             min_value=0,
             max_value=1,
             bars=True,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Time throttled",
             "Share of time the clocks were held down, per reason (nvmlDeviceGetViolationStatus).",
             "percentunit",
-            [Query(f"rate(bottleneck_gpu_throttled_seconds_total{{{G}}}[{RI}])", "GPU {{gpu}} {{reason}}")],
+            [s.query("gpu_throttled", G, "GPU {{gpu}} {{reason}}")],
             width=8,
             min_value=0,
         ),
     ]
 
 
-def gpu_link_panels() -> list[Panel]:
+def gpu_link_panels(s: Signals) -> list[Panel]:
     """The PCIe link and the hardware's own error counters: a bad slot, riser or memory."""
     return [
-        table(
+        drawn(
+            s, table,
             "PCIe link",
             "PCIe generation and lane width, current vs maximum. The link drops to Gen1 when idle "
             "by design; only a lower width or generation while the GPU is busy points at a bad slot or "
             "riser.",
             "none",
-            [
-                Query(f"bottleneck_gpu_pcie_link_generation{{{G}}}", instant=True, table=True),
-                Query(f"bottleneck_gpu_pcie_link_max_generation{{{G}}}", instant=True, table=True),
-                Query(f"bottleneck_gpu_pcie_link_width{{{G}}}", instant=True, table=True),
-                Query(f"bottleneck_gpu_pcie_link_max_width{{{G}}}", instant=True, table=True),
-                Query(f"bottleneck_gpu_utilization_ratio{{{G}}}", instant=True, table=True),
-            ],
+            [s.query(key, G, instant=True, table=True) for key in (
+                "gpu_pcie_generation", "gpu_pcie_max_generation", "gpu_pcie_width", "gpu_pcie_max_width",
+                "gpu_util")],
+            whole=True,
             width=12,
             hide=("Time", "job", "instance", "__name__"),
             rename={
@@ -196,23 +190,22 @@ def gpu_link_panels() -> list[Panel]:
                 "Value #E": "GPU-Util",
             },
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "PCIe throughput",
             "Host-device traffic per direction.",
             "Bps",
-            [Query(f"bottleneck_gpu_pcie_throughput_bytes_per_second{{{G}}}", "GPU {{gpu}} {{direction}}")],
+            [s.query(f"gpu_pcie_{direction}", G, f"GPU {{{{gpu}}}} {direction}") for direction in ("rx", "tx")],
             width=12,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "ECC errors and PCIe replays",
             "New uncorrected ECC errors (drain the node) and PCIe replays (a flaky link) per interval.",
             "short",
             [
-                Query(
-                    f'increase(bottleneck_gpu_ecc_errors_total{{{G}, type="uncorrected"}}[{RI}])',
-                    "uncorrected ECC GPU {{gpu}}",
-                ),
-                Query(f"increase(bottleneck_gpu_pcie_replays_total{{{G}}}[{RI}])", "PCIe replays GPU {{gpu}}"),
+                s.query("gpu_ecc_uncorrected", G, "uncorrected ECC GPU {{gpu}}"),
+                s.query("gpu_pcie_replays", G, "PCIe replays GPU {{gpu}}"),
             ],
             width=12,
             min_value=0,
@@ -220,84 +213,86 @@ def gpu_link_panels() -> list[Panel]:
     ]
 
 
-def gpu_process_panels() -> list[Panel]:
+def gpu_process_panels(s: Signals) -> list[Panel]:
     """Which processes hold GPU memory."""
     return [
-        timeseries(
+        drawn(
+            s, timeseries,
             "GPU memory by process",
             "Framebuffer memory per process name (top processes).",
             "bytes",
-            [Query(f"sum by (process) (bottleneck_gpu_process_memory_used_bytes{{{G}}})", "{{process}}")],
+            [s.query("gpu_process_memory", G, "{{process}}", around=lambda memory: f"sum by (process) ({memory})")],
             width=12,
             stack=True,
         ),
     ]
 
-def cpu_panels() -> list[Panel]:
+
+def cpu_panels(s: Signals) -> list[Panel]:
     saturated = threshold("cpu_busy_ratio")
     return [
         row("CPU"),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Busy per core",
             "Share of each core's time not idle (htop's per-core bars). One core pegged "
             "near 1 while the others idle is a single-threaded loader. 'node' is the whole node's busy share "
             "(idle and iowait excluded); above the dashed line the CPU-saturated verdict applies.",
             "percentunit",
             [
-                Query(f'1 - rate(bottleneck_cpu_seconds_total{{{N}, mode="idle"}}[{RI}])', "cpu {{cpu}}"),
-                Query(signal("cpu_busy", N), "node"),
+                s.query("cpu_core_busy", N, "cpu {{cpu}}"),
+                s.query("cpu_busy", N, "node"),
             ],
             width=12,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(saturated, "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "CPU time by mode",
             "Whole-node CPU time by mode as a share of all cores; iowait means cores "
             "idle waiting for storage, steal means the hypervisor took them.",
             "percentunit",
-            [
-                Query(
-                    f'avg by (mode) (rate(bottleneck_cpu_seconds_total{{{N}, mode!="idle"}}[{RI}]))',
-                    "{{mode}}",
-                )
-            ],
+            [s.query("cpu_mode", N, "{{mode}}", around=lambda mode: f"avg by (mode) ({mode})")],
             width=12,
             stack=True,
             min_value=0,
             max_value=1,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Load per core",
             "Load average divided by online CPUs; above the oversubscription threshold "
             "more threads want to run than there are cores.",
             "short",
             [
-                Query(signal("load_per_cpu", N), "load1 / cores"),
-                Query(f"bottleneck_load5{{{N}}} / bottleneck_cpus{{{N}}}", "load5 / cores"),
+                s.query("load_per_cpu", N, "load1 / cores"),
+                s.query("load5_per_cpu", N, "load5 / cores"),
             ],
             width=8,
             min_value=0,
             thresholds=[Threshold(threshold("load_per_cpu"), "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Run-queue wait per core",
             "Seconds runnable tasks waited for each core, per second (/proc/schedstat): the average number "
             "of tasks queued for it, the cost of too many threads or workers. Above 1 tasks always queue.",
             "short",
-            [Query(f"rate(bottleneck_cpu_runqueue_wait_seconds_total{{{N}}}[{RI}])", "cpu {{cpu}}")],
+            [s.query("runqueue_wait_per_core", N, "cpu {{cpu}}")],
             width=8,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Context switches and runnable tasks",
             "Context switches per second and tasks running or blocked on IO right now.",
             "short",
             [
-                Query(f"rate(bottleneck_context_switches_total{{{N}}}[{RI}])", "context switches/s"),
-                Query(f"bottleneck_procs_running{{{N}}}", "running"),
-                Query(f"bottleneck_procs_blocked{{{N}}}", "blocked"),
+                s.query("context_switches", N, "context switches/s"),
+                s.query("procs_running", N, "running"),
+                s.query("procs_blocked", N, "blocked"),
             ],
             width=8,
             min_value=0,
@@ -383,64 +378,61 @@ def loader_panels() -> list[Panel]:
     ]
 
 
-def memory_panels() -> list[Panel]:
+def memory_panels(s: Signals) -> list[Panel]:
     return [
         row("Memory, swap and pressure"),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Memory available",
             "MemAvailable as a share of MemTotal; below the threshold the page cache "
             "is squeezed and workers may get OOM-killed.",
             "percentunit",
-            [
-                Query(signal("mem_available", N), "available")
-            ],
+            [s.query("mem_available", N, "available")],
             width=8,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(threshold("memory_available_ratio"), "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Swap activity",
             "Pages swapped in and out per second; any sustained swapping during training is a bottleneck.",
             "short",
             [
-                Query(f"rate(bottleneck_memory_swapped_in_pages_total{{{N}}}[{RI}])", "swap in pages/s"),
-                Query(f"rate(bottleneck_memory_swapped_out_pages_total{{{N}}}[{RI}])", "swap out pages/s"),
-                Query(f"rate(bottleneck_memory_major_faults_total{{{N}}}[{RI}])", "major faults/s"),
+                s.query("swap_in", N, "swap in pages/s"),
+                s.query("swap_out", N, "swap out pages/s"),
+                s.query("major_faults", N, "major faults/s"),
             ],
             width=8,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Swap used",
             "Swap space in use (SwapTotal - SwapFree); growing while training means the job no longer fits in RAM.",
             "bytes",
-            [
-                Query(
-                    f"bottleneck_memory_swap_total_bytes{{{N}}} - bottleneck_memory_swap_free_bytes{{{N}}}",
-                    "swap used",
-                )
-            ],
+            [s.query("swap_used", N, "swap used")],
             width=8,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Pressure stall (PSI)",
-            "Share of time some (or all) tasks stalled on CPU, memory or IO "
-            "(/proc/pressure). 'some io' high with a starving GPU means the input pipeline waits on "
-            "storage.",
+            "Share of time at least one task stalled on CPU, memory or IO (/proc/pressure, 'some'), as the "
+            "verdicts read it. io high with a starving GPU means the input pipeline waits on storage.",
             "percentunit",
-            [Query(f"rate(bottleneck_pressure_seconds_total{{{N}}}[{RI}])", "{{resource}} {{kind}}")],
+            [s.query(f"{resource}_pressure", N, resource) for resource in ("cpu", "memory", "io")],
             width=16,
             min_value=0,
             max_value=1,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "OOM kills",
             "Processes the kernel OOM killer ended, per interval: a DataLoader worker killed for memory "
             "restarts the epoch or crashes the job.",
             "short",
-            [Query(f"increase(bottleneck_memory_oom_kills_total{{{N}}}[{RI}])", "OOM kills")],
+            [s.query("oom_kills", N, "OOM kills")],
             width=8,
             min_value=0,
             bars=True,
@@ -448,119 +440,93 @@ def memory_panels() -> list[Panel]:
     ]
 
 
-def disk_panels() -> list[Panel]:
+def disk_panels(s: Signals) -> list[Panel]:
     return [
         row("Disks"),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Disk throughput",
             "Bytes read and written per second per device (iotop's totals).",
             "Bps",
             [
-                Query(f"rate(bottleneck_disk_read_bytes_total{{{N}}}[{RI}])", "{{device}} read"),
-                Query(f"rate(bottleneck_disk_written_bytes_total{{{N}}}[{RI}])", "{{device}} write"),
+                s.query("disk_read_bytes", N, "{{device}} read"),
+                s.query("disk_written_bytes", N, "{{device}} write"),
             ],
             width=6,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Disk utilization",
             "Share of time the device had IO in flight (iostat %util); near 1 while "
             "the GPU starves means an IO-bound input pipeline.",
             "percentunit",
-            [Query(signal("disk_busy", N), "{{device}}")],
+            [s.query("disk_busy", N, "{{device}}")],
             width=6,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(threshold("disk_busy_ratio"), "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Disk queue depth",
             "Average requests in flight per device (weighted IO time per second, iostat aqu-sz).",
             "short",
-            [Query(f"rate(bottleneck_disk_io_time_weighted_seconds_total{{{N}}}[{RI}])", "{{device}}")],
+            [s.query("disk_queue", N, "{{device}}")],
             width=6,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Disk read latency",
             "Mean time per completed read (iostat r_await); milliseconds on a local NVMe, far more on a "
             "saturated disk or a remote filesystem.",
             "s",
-            [
-                Query(
-                    f"rate(bottleneck_disk_read_time_seconds_total{{{N}}}[{RI}]) / "
-                    f"rate(bottleneck_disk_reads_completed_total{{{N}}}[{RI}])",
-                    "{{device}}",
-                )
-            ],
+            [s.query("disk_read_latency", N, "{{device}}")],
             width=6,
             min_value=0,
         ),
     ]
 
 
-def network_panels() -> list[Panel]:
+def network_panels(s: Signals) -> list[Panel]:
     return [
         row("Network"),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Network throughput",
             "Bytes received and sent per second per interface and InfiniBand port; remote storage and "
             "all-reduce both travel here.",
             "Bps",
             [
-                Query(
-                    f'rate(bottleneck_network_receive_bytes_total{{{N}, device!="lo"}}[{RI}])',
-                    "{{device}} rx",
-                ),
-                Query(
-                    f'rate(bottleneck_network_transmit_bytes_total{{{N}, device!="lo"}}[{RI}])',
-                    "{{device}} tx",
-                ),
-                Query(
-                    f"rate(bottleneck_infiniband_port_received_bytes_total{{{N}}}[{RI}])",
-                    "{{device}}:{{port}} IB rx",
-                ),
-                Query(
-                    f"rate(bottleneck_infiniband_port_transmitted_bytes_total{{{N}}}[{RI}])",
-                    "{{device}}:{{port}} IB tx",
-                ),
+                s.query("net_rx", N, "{{device}} rx"),
+                s.query("net_tx", N, "{{device}} tx"),
+                s.query("ib_rx", N, "{{device}}:{{port}} IB rx"),
+                s.query("ib_tx", N, "{{device}}:{{port}} IB tx"),
             ],
             width=8,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Link utilization",
             "Throughput per direction as a share of the link speed; the NetworkBound verdict reads the "
             "larger direction against the dashed line.",
             "percentunit",
-            [
-                Query(
-                    f"rate(bottleneck_network_{direction}_bytes_total{{{N}}}[{RI}]) "
-                    f"/ (bottleneck_network_speed_bytes{{{N}}} > 0)",
-                    f"{{{{device}}}} {short}",
-                )
-                for direction, short in (("receive", "rx"), ("transmit", "tx"))
-            ],
+            [s.query(f"net_{short}_util", N, f"{{{{device}}}} {short}") for short in ("rx", "tx")],
             width=8,
             min_value=0,
             max_value=1,
             thresholds=[Threshold(threshold("network_saturation_ratio"), "red")],
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Errors and drops",
             "Receive/transmit errors and drops per second per interface: a bad cable, a full ring buffer.",
             "short",
             [
-                Query(
-                    f"rate(bottleneck_network_receive_errors_total{{{N}}}[{RI}]) + "
-                    f"rate(bottleneck_network_transmit_errors_total{{{N}}}[{RI}])",
-                    "{{device}} errors/s",
-                ),
-                Query(
-                    f"rate(bottleneck_network_receive_drop_total{{{N}}}[{RI}]) + "
-                    f"rate(bottleneck_network_transmit_drop_total{{{N}}}[{RI}])",
-                    "{{device}} drops/s",
-                ),
+                s.query("net_errors", N, "{{device}} errors/s"),
+                s.query("net_drops", N, "{{device}} drops/s"),
             ],
             width=8,
             min_value=0,
@@ -568,10 +534,11 @@ def network_panels() -> list[Panel]:
     ]
 
 
-def build(regenerate: str) -> dict[str, Any]:
+def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
+    s = Signals(bundle)
     variables = [
-        node_variable(single=True, description="The node (scrape target) to show."),
-        gpu_variable(),
+        node_variable(bundle, single=True, description="The node (scrape target) to show."),
+        gpu_variable(bundle),
     ]
     verdicts = verdict_catalogue.verdict_table(
         "Verdicts on this node",
@@ -579,25 +546,26 @@ def build(regenerate: str) -> dict[str, Any]:
         "timeline dashboard shows each one's signal, threshold, advice and runbook.",
         N,
         "instance, training_job, rank, gpu, process, device",
+        bundle,
         height=5,
     )
     panels = [
         row("Verdicts"),
         verdicts,
-        *gpu_panels(),
-        *cpu_panels(),
+        *gpu_panels(s),
+        *cpu_panels(s),
         *loader_panels(),
-        *memory_panels(),
-        *disk_panels(),
-        *network_panels(),
+        *memory_panels(s),
+        *disk_panels(s),
+        *network_panels(s),
     ]
     return dashboard(
-        UID,
-        "Bottleneck / Node",
+        s.uid(UID),
+        s.title("Bottleneck / Node"),
         "One node: GPUs with throttle and PCIe state, cores, loader "
         "threads, memory and swap, pressure, disks and network on one page.",
         panels,
         variables,
-        tags=["node"],
+        tags=s.tags("node"),
         regenerate=regenerate,
     )

@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 
 from exporter.heuristics.catalogue import Catalogue, resolve
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 
 
 @functools.cache
-def catalogue() -> Catalogue:
-    return resolve()
+def catalogue(bundle: str = DEFAULT_BUNDLE) -> Catalogue:
+    """The catalogue resolved for ``bundle``: its alerts; parameters are the same in every bundle."""
+    return resolve(bundle=bundle)
 
 
 def parameter(name: str) -> str:

@@ -20,9 +20,11 @@ from exporter.dashboards.panels import (
     table,
     timeseries,
 )
+from exporter.dashboards.signals import Signals, drawn
 from exporter.dashboards.thresholds import threshold
 from exporter.dashboards.variables import gpu_variable, job_variable
 from exporter.heuristics.catalogue import signal
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-training"
 J = 'training_job=~"$training_job", rank=~"$rank"'
@@ -111,7 +113,7 @@ def step_panels() -> list[Panel]:
             "backward cannot hide it (communication-bound). The rank that waits least is the one the others "
             "wait for.",
             "percentunit",
-            [Query(f"{phase_rate('collective')} / {phase_rate('step')}", "rank {{rank}}")],
+            [Query(signal("collective", J), "rank {{rank}}")],
             width=24,
             min_value=0,
             max_value=1,
@@ -187,7 +189,7 @@ def throughput_panels() -> list[Panel]:
     ]
 
 
-def gpu_panels() -> list[Panel]:
+def gpu_panels(s: Signals) -> list[Panel]:
     return [
         row("GPU busy vs step"),
         timeseries(
@@ -235,16 +237,12 @@ def gpu_panels() -> list[Panel]:
             width=12,
             min_value=0,
         ),
-        timeseries(
+        drawn(
+            s, timeseries,
             "Node GPU utilization",
             "nvidia-smi GPU-Util of the GPUs on the job's nodes, for comparison with the job's own GPU busy share.",
             "percentunit",
-            [
-                Query(
-                    'bottleneck_gpu_utilization_ratio{instance=~"$instance", gpu=~"$gpu"}',
-                    "{{instance}} GPU {{gpu}}",
-                )
-            ],
+            [s.query("gpu_util", 'instance=~"$instance", gpu=~"$gpu"', "{{instance}} GPU {{gpu}}")],
             width=12,
             min_value=0,
             max_value=1,
@@ -284,7 +282,8 @@ def loader_panels() -> list[Panel]:
     ]
 
 
-def build(regenerate: str) -> dict[str, Any]:
+def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
+    s = Signals(bundle)
     variables = [
         job_variable(single=True, description="Training job name sent by the hook."),
         query_variable(
@@ -299,7 +298,7 @@ def build(regenerate: str) -> dict[str, Any]:
             'label_values(bottleneck_train_info{training_job=~"$training_job"}, instance)',
             description="Nodes the job's ranks run on.",
         ),
-        gpu_variable("GPUs on the job's nodes."),
+        gpu_variable(bundle, "GPUs on the job's nodes."),
     ]
     verdicts = verdict_catalogue.verdict_table(
         "Verdicts on this job",
@@ -307,17 +306,18 @@ def build(regenerate: str) -> dict[str, Any]:
         "imbalance, launch-bound). The verdict timeline dashboard shows each one's signal and advice.",
         'training_job=~"$training_job"',
         "instance, training_job, rank",
+        bundle,
         height=5,
     )
-    panels = [row("Verdicts"), verdicts, *step_panels(), *throughput_panels(), *gpu_panels(), *loader_panels()]
+    panels = [row("Verdicts"), verdicts, *step_panels(), *throughput_panels(), *gpu_panels(s), *loader_panels()]
     return dashboard(
-        UID,
-        "Bottleneck / Training job",
+        s.uid(UID),
+        s.title("Bottleneck / Training job"),
         "One training job: step time split into data wait, "
         "forward, backward and optimizer per rank, data-wait share, samples/s, stragglers and GPU "
         "busy vs step.",
         panels,
         variables,
-        tags=["training"],
+        tags=s.tags("training"),
         regenerate=regenerate,
     )

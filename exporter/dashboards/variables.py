@@ -10,15 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.dashboards.panels import query_variable
+from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, OURS
 from exporter.push.schema import JOB_LABEL
 
 
-def node_variable(*, single: bool = False, description: str = "Nodes (scrape targets).") -> dict[str, Any]:
-    """Every node that is scraped (each serves ``bottleneck_scrape_collector_success``); ``single``: exactly one."""
+def _series(bundle: str, *candidates: str) -> str:
+    """The first of our series ``candidates`` that ``bundle`` holds, as it holds it (ours or a peer's twin)."""
+    found = next(filter(None, (BUNDLES[bundle].series(name) for name in candidates)), None)
+    if found is None:
+        raise ValueError(f"bundle {bundle} holds none of {', '.join(candidates)}")
+    return found
+
+
+def node_variable(bundle: str = DEFAULT_BUNDLE, *, single: bool = False,
+                  description: str = "Nodes (scrape targets).") -> dict[str, Any]:
+    """Every node whose host series the bundle reads: each our exporter scrapes (it serves
+    ``bottleneck_scrape_collector_success``), or each node_exporter scrapes; ``single``: exactly one."""
+    series = ("bottleneck_scrape_collector_success" if BUNDLES[bundle].host == OURS
+              else _series(bundle, "bottleneck_load1"))
     return query_variable(
         "instance",
         "Node",
-        "label_values(bottleneck_scrape_collector_success, instance)",
+        f"label_values({series}, instance)",
         multi=not single,
         include_all=not single,
         description=description,
@@ -41,11 +54,14 @@ def job_variable(
     )
 
 
-def gpu_variable(description: str = "NVML index, or parent/GI/CI for a MIG instance.") -> dict[str, Any]:
-    """The GPUs of the selected ``$instance`` nodes."""
+def gpu_variable(bundle: str = DEFAULT_BUNDLE,
+                 description: str = "NVML index, or parent/GI/CI for a MIG instance.") -> dict[str, Any]:
+    """The GPUs of the selected ``$instance`` nodes, from the bundle's GPU source (dcgm-exporter's ``gpu`` label
+    is the same index)."""
+    series = _series(bundle, "bottleneck_gpu_up", "bottleneck_gpu_utilization_ratio")
     return query_variable(
         "gpu",
         "GPU",
-        'label_values(bottleneck_gpu_up{instance=~"$instance"}, gpu)',
+        f'label_values({series}{{instance=~"$instance"}}, gpu)',
         description=description,
     )

@@ -17,7 +17,8 @@ import functools
 
 from exporter.dashboards.panels import Panel, Query, table, with_value_text
 from exporter.dashboards.thresholds import catalogue
-from exporter.heuristics.catalogue import HEURISTICS, RECORDS, Heuristic
+from exporter.heuristics.catalogue import HEURISTICS, Heuristic
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 
 SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}
 
@@ -37,12 +38,15 @@ class Verdict:
 
 
 @functools.cache
-def verdicts() -> tuple[Verdict, ...]:
-    resolved = catalogue()
-    record_names = dict(zip(RECORDS, (r.record for r in resolved.records), strict=True))
+def verdicts(bundle: str = DEFAULT_BUNDLE) -> tuple[Verdict, ...]:
+    """The verdicts of ``bundle``: a heuristic its sources cannot feed has no alert there, and no verdict."""
+    resolved = catalogue(bundle)
+    record_names = {r.key: r.record for r in resolved.records}
     found: list[Verdict] = []
     for heuristic in HEURISTICS:
         rules = [rule for rule in resolved.alerts if rule.heuristic is heuristic]
+        if not rules:
+            continue
         signals = [record_names[key] for key in heuristic.compares]
         thresholds: list[tuple[str, float]] = []
         for rule in rules if signals else []:
@@ -54,30 +58,33 @@ def verdicts() -> tuple[Verdict, ...]:
     return tuple(found)
 
 
-def alert_names() -> list[str]:
-    return [v.alert for v in verdicts()]
+def alert_names(bundle: str = DEFAULT_BUNDLE) -> list[str]:
+    return [v.alert for v in verdicts(bundle)]
 
 
-def firing_selector(matchers: str = "") -> str:
+def firing_selector(matchers: str = "", bundle: str = DEFAULT_BUNDLE) -> str:
+    """The firing alerts of ``bundle``'s verdicts (and no other bundle's)."""
     extra = f", {matchers}" if matchers else ""
-    return f'ALERTS{{alertstate="firing", alertname=~"{"|".join(alert_names())}"{extra}}}'
+    return f'ALERTS{{alertstate="firing", alertname=~"{"|".join(alert_names(bundle))}"{extra}}}'
 
 
-def verdict_texts() -> dict[str, str]:
+def verdict_texts(bundle: str = DEFAULT_BUNDLE) -> dict[str, str]:
     """Alert name → the verdict a person reads ("input-bound (data loading)"), for table value mappings."""
-    return {v.alert: v.heuristic.verdict for v in verdicts()}
+    return {v.alert: v.heuristic.verdict for v in verdicts(bundle)}
 
 
-def verdict_table(title: str, description: str, matchers: str, by: str, *, width: int = 24, height: int = 6) -> Panel:
+def verdict_table(title: str, description: str, matchers: str, by: str, bundle: str = DEFAULT_BUNDLE, *,
+                  width: int = 24, height: int = 6) -> Panel:
     """Firing verdicts as a table, the alert name shown as the verdict a person reads."""
     panel = table(
         title,
         description,
         "none",
-        [Query(f"max by (alertname, severity, {by}) ({firing_selector(matchers)})", instant=True, table=True)],
+        [Query(f"max by (alertname, severity, {by}) ({firing_selector(matchers, bundle)})", instant=True,
+               table=True)],
         width=width,
         height=height,
         hide=("Time", "Value"),
         rename={"alertname": "verdict"},
     )
-    return with_value_text(panel, "alertname", verdict_texts())
+    return with_value_text(panel, "alertname", verdict_texts(bundle))

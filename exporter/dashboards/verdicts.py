@@ -21,9 +21,11 @@ from exporter.dashboards.panels import (
     timeseries,
     with_links,
 )
+from exporter.dashboards.signals import Signals
 from exporter.dashboards.variables import job_variable, node_variable
 from exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
 from exporter.heuristics.catalogue import GROUPS
+from exporter.heuristics.sources import DEFAULT_BUNDLE
 from exporter.push.schema import JOB_LABEL
 
 UID = "bottleneck-verdicts"
@@ -86,8 +88,9 @@ def verdict_panel(verdict: Verdict) -> Panel:
     return with_links(panel, [("Runbook: " + verdict.alert, verdict.runbook_url)])
 
 
-def build(regenerate: str) -> dict[str, Any]:
-    firing = verdict_catalogue.firing_selector('instance=~"$instance", training_job=~"$training_job"')
+def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
+    s = Signals(bundle)
+    firing = verdict_catalogue.firing_selector('instance=~"$instance", training_job=~"$training_job"', bundle)
     timeline = state_timeline(
         "Verdicts over time",
         "One lane per verdict, node, job and rank: coloured while the verdict fires. Read it against a "
@@ -99,21 +102,21 @@ def build(regenerate: str) -> dict[str, Any]:
     )
     panels: list[Panel] = [row("Timeline"), timeline]
     for group in GROUPS:
-        members = [v for v in verdict_catalogue.verdicts() if v.heuristic.group == group]
+        members = [v for v in verdict_catalogue.verdicts(bundle) if v.heuristic.group == group]
         if members:
             panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}"))
             panels.extend(verdict_panel(v) for v in members)
     variables = [
-        node_variable(),
+        node_variable(bundle),
         job_variable(),
     ]
     return dashboard(
-        UID,
-        "Bottleneck / Verdict timeline",
+        s.uid(UID),
+        s.title("Bottleneck / Verdict timeline"),
         "When each bottleneck verdict fired per node and job, "
         "and the signal each verdict compares against its threshold.",
         panels,
         variables,
-        tags=["verdicts"],
+        tags=s.tags("verdicts"),
         regenerate=regenerate,
     )

@@ -35,7 +35,7 @@ from exporter.heuristics.promql import (
     parse,
     parse_duration,
 )
-from exporter.heuristics.sources import BUNDLES, DCGM, DCGM_ONLY_LABELS, DEFAULT_BUNDLE, NODE_EXPORTER
+from exporter.heuristics.sources import BUNDLES, DCGM, DEFAULT_BUNDLE, NODE_EXPORTER, Unreadable, dcgm_as_ours
 
 PREFIX = "Bottleneck"
 SEVERITIES = ("critical", "warning", "info")
@@ -69,6 +69,27 @@ class Record:
     group: str
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     parts: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """A quantity the dashboards draw that no rule records (per-core busy, swap activity, GPU power...).
+
+    ``expr`` reads our own series (``${rate_window}`` is its window, ``<<key>>`` a record). A bundle reads it
+    through its sources: ``Bundle.rewrite`` swaps each of our series its sources lack for the peer's twin
+    (exporter/collectors/coexistence.py), so no peer's metric name is written here; a bundle whose sources
+    have no twin has no such signal, and its dashboards say which source it needs."""
+
+    key: str
+    expr: str
+
+
+class MissingSignal(CatalogueError):
+    """A bundle cannot draw a signal: ``names`` are the raw series its sources lack."""
+
+    def __init__(self, message: str, names: set[str]) -> None:
+        super().__init__(message)
+        self.names = names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,9 +248,9 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "access, engine exception, channel reset): usually the application, sometimes the GPU.",
               "regex"),
     Parameter("collective_ratio", 0.5, "Share of the step a rank has a collective in flight (DDP's gradient "
-              "all-reduce, from launch to completion) above which it is communication-bound. All-reduce "
-              "overlaps backward, and backward is about two thirds of a step's compute: below this share the "
-              "backward can still hide it."),
+              "all-reduce, FSDP's all-gather and reduce-scatter, from launch to completion) above which it is "
+              "communication-bound. Gradient collectives overlap backward, and backward is about two thirds "
+              "of a step's compute: below this share the backward can still hide it."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "
@@ -263,12 +284,6 @@ def _psi(resource: str) -> str:
 
 def _nic(rx: str, tx: str, speed: str) -> str:
     return f"(\n  rate({rx}[{W}])\n    > rate({tx}[{W}])\n  or rate({tx}[{W}])\n)\n/ ({speed} > 0)"
-
-
-def _dcgm(expr: str) -> str:
-    """A dcgm-exporter series with our GPU labels: ``uuid`` from its ``UUID``, its other labels dropped."""
-    return (f"max without ({', '.join(DCGM_ONLY_LABELS)}) (\n  label_replace(\n    "
-            + expr.replace("\n", "\n    ") + ',\n    "uuid", "$1", "UUID", "(.+)"\n  )\n)')
 
 
 RECORDS: dict[str, Record] = {r.key: r for r in (
@@ -396,13 +411,13 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
     # Per GPU.
     Record("gpu_util", f"instance_gpu:bottleneck_gpu_utilization:avg{W}",
            f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu",
-           {DCGM: _dcgm(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{W}]) / 100")}),
+           {DCGM: dcgm_as_ours(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{W}]) / 100")}),
     Record("gpu_temp", "instance_gpu:bottleneck_gpu_temperature:celsius", "bottleneck_gpu_temperature_celsius", "gpu",
-           {DCGM: _dcgm("DCGM_FI_DEV_GPU_TEMP")}),
+           {DCGM: dcgm_as_ours("DCGM_FI_DEV_GPU_TEMP")}),
     # NVML's total is dcgm-exporter's used + free + reserved (FB_RESERVED is missing before dcgm-exporter 3.3).
     Record("gpu_mem", "instance_gpu:bottleneck_gpu_memory_used:ratio",
            "bottleneck_gpu_memory_used_bytes / bottleneck_gpu_memory_total_bytes", "gpu",
-           {DCGM: _dcgm("DCGM_FI_DEV_FB_USED\n/\n(DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + "
+           {DCGM: dcgm_as_ours("DCGM_FI_DEV_FB_USED\n/\n(DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + "
                         "(DCGM_FI_DEV_FB_RESERVED or 0 * DCGM_FI_DEV_FB_FREE))")}),
     Record("gpu_idle_samples", f"instance_gpu:bottleneck_gpu_utilization_samples_idle:ratio_rate{W}",
            'sum without (le) (rate(bottleneck_gpu_utilization_samples_bucket{le="${sawtooth_idle_le}"}'
@@ -438,6 +453,66 @@ RECORDS: dict[str, Record] = {r.key: r for r in (
              "none of its node's signals stands out: work only this rank does"),
         ))),
 )}
+
+
+def _signals(*signals: tuple[str, str]) -> dict[str, Signal]:
+    return {key: Signal(key, expr) for key, expr in signals}
+
+
+# What the dashboards draw beyond the records, over our own series; every bundle reads them through its sources.
+SIGNALS: dict[str, Signal] = _signals(
+    # GPUs
+    ("gpu_up", "bottleneck_gpu_up"),
+    ("gpu_util_samples", f"increase(bottleneck_gpu_utilization_samples_bucket[{W}])"),
+    ("gpu_sm_activity", "bottleneck_gpu_sm_activity_ratio"),
+    ("gpu_tensor_activity", "bottleneck_gpu_tensor_activity_ratio"),
+    ("gpu_slowdown_temp", "bottleneck_gpu_slowdown_temperature_celsius"),
+    ("gpu_power", "bottleneck_gpu_power_watts"),
+    ("gpu_power_limit", "bottleneck_gpu_power_limit_watts"),
+    ("gpu_sm_clock_of_max", 'bottleneck_gpu_clock_hertz{clock="sm"} / bottleneck_gpu_clock_max_hertz{clock="sm"}'),
+    ("gpu_clock_events", 'bottleneck_gpu_clock_event_active{reason=~"${throttle_reasons}"}'),
+    ("gpu_throttled", f"rate(bottleneck_gpu_throttled_seconds_total[{W}])"),
+    ("gpu_pcie_generation", "bottleneck_gpu_pcie_link_generation"),
+    ("gpu_pcie_max_generation", "bottleneck_gpu_pcie_link_max_generation"),
+    ("gpu_pcie_width", "bottleneck_gpu_pcie_link_width"),
+    ("gpu_pcie_max_width", "bottleneck_gpu_pcie_link_max_width"),
+    ("gpu_pcie_rx", 'bottleneck_gpu_pcie_throughput_bytes_per_second{direction="rx"}'),
+    ("gpu_pcie_tx", 'bottleneck_gpu_pcie_throughput_bytes_per_second{direction="tx"}'),
+    ("gpu_ecc_uncorrected", f'increase(bottleneck_gpu_ecc_errors_total{{type="uncorrected"}}[{W}])'),
+    ("gpu_pcie_replays", f"increase(bottleneck_gpu_pcie_replays_total[{W}])"),
+    ("gpu_process_memory", "bottleneck_gpu_process_memory_used_bytes"),
+    # CPUs
+    ("cpu_core_busy", f'1 - rate(bottleneck_cpu_seconds_total{{mode="idle"}}[{W}])'),
+    ("cpu_mode", f'rate(bottleneck_cpu_seconds_total{{mode!="idle"}}[{W}])'),
+    ("load5_per_cpu", "bottleneck_load5 / <<cpus>>"),
+    ("runqueue_wait_per_core", f"rate(bottleneck_cpu_runqueue_wait_seconds_total[{W}])"),
+    ("context_switches", f"rate(bottleneck_context_switches_total[{W}])"),
+    ("procs_running", "bottleneck_procs_running"),
+    ("procs_blocked", "bottleneck_procs_blocked"),
+    # Memory
+    ("swap_in", f"rate(bottleneck_memory_swapped_in_pages_total[{W}])"),
+    ("swap_out", f"rate(bottleneck_memory_swapped_out_pages_total[{W}])"),
+    ("major_faults", f"rate(bottleneck_memory_major_faults_total[{W}])"),
+    ("swap_used", "bottleneck_memory_swap_total_bytes - bottleneck_memory_swap_free_bytes"),
+    ("oom_kills", f"increase(bottleneck_memory_oom_kills_total[{W}])"),
+    # Disks
+    ("disk_read_bytes", f"rate(bottleneck_disk_read_bytes_total[{W}])"),
+    ("disk_written_bytes", f"rate(bottleneck_disk_written_bytes_total[{W}])"),
+    ("disk_queue", f"rate(bottleneck_disk_io_time_weighted_seconds_total[{W}])"),
+    ("disk_read_latency", f"rate(bottleneck_disk_read_time_seconds_total[{W}])\n/\n"
+                          f"rate(bottleneck_disk_reads_completed_total[{W}])"),
+    # Network
+    ("net_rx", f'rate(bottleneck_network_receive_bytes_total{{device!="lo"}}[{W}])'),
+    ("net_tx", f'rate(bottleneck_network_transmit_bytes_total{{device!="lo"}}[{W}])'),
+    ("ib_rx", f"rate(bottleneck_infiniband_port_received_bytes_total[{W}])"),
+    ("ib_tx", f"rate(bottleneck_infiniband_port_transmitted_bytes_total[{W}])"),
+    ("net_rx_util", f"rate(bottleneck_network_receive_bytes_total[{W}])\n/ (bottleneck_network_speed_bytes > 0)"),
+    ("net_tx_util", f"rate(bottleneck_network_transmit_bytes_total[{W}])\n/ (bottleneck_network_speed_bytes > 0)"),
+    ("net_errors", f"rate(bottleneck_network_receive_errors_total[{W}])\n+\n"
+                   f"rate(bottleneck_network_transmit_errors_total[{W}])"),
+    ("net_drops", f"rate(bottleneck_network_receive_drop_total[{W}])\n+\n"
+                  f"rate(bottleneck_network_transmit_drop_total[{W}])"),
+)
 
 # The node's storage holds the input back and the loaders are not what is busy.
 IO_BLOCKED = (
@@ -877,17 +952,20 @@ HEURISTICS: tuple[Heuristic, ...] = (
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} spends most of its step in collectives.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} has a "
-        "collective (gradient all-reduce) in flight {{ $value | humanizePercentage }} of every step (threshold "
+        "collective (DDP's all-reduce, FSDP's all-gather or reduce-scatter) in flight "
+        "{{ $value | humanizePercentage }} of every step (threshold "
         "${collective_ratio:pct}).",
         advice="Communicate less or hide it: larger DDP buckets (bucket_cap_mb=100 or more) so fewer, bigger "
         "all-reduces overlap backward; gradient accumulation (no_sync() on the micro-batches) or a larger "
-        "batch per rank; gradient compression (fp16/bf16 comm hooks); a faster network (InfiniBand/RoCE, more "
+        "batch per rank; gradient compression (fp16/bf16 comm hooks); with FSDP, fewer and larger fully_shard "
+        "units, reshard_after_forward=False where memory allows (no all-gather again in backward), HSDP "
+        "(shard within a node, replicate across nodes); a faster network (InfiniBand/RoCE, more "
         "NICs). Check that NCCL uses the right interface and transport: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, "
         "NCCL_IB_DISABLE=0, NCCL_DEBUG=INFO shows what it picked.",
-        meaning="The rank spends more of each step waiting for its gradient all-reduce than the backward pass "
-        "can hide: the model's gradients are large for the network (a big model, a small batch per rank), "
-        "the buckets too small to overlap, or the interconnect slow. A rank that waits much less than its "
-        "peers is the one they wait for (BottleneckStragglerRank).",
+        meaning="The rank spends more of each step waiting for its collectives than the forward and backward "
+        "passes can hide: the model's parameters and gradients are large for the network (a big model, a "
+        "small batch per rank), the buckets too small to overlap, or the interconnect slow. A rank that "
+        "waits much less than its peers is the one they wait for (BottleneckStragglerRank).",
         evidence="`bottleneck_train_phase_seconds_total{phase=\"collective\"}` against `phase=\"step\"` and "
         "`phase=\"backward\"` per rank (the collective phase overlaps backward and is no part of the step's "
         "sum of phases); the NICs' `bottleneck_network_transmit_bytes_total` against "
@@ -1221,17 +1299,34 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]
 
 
 def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = "$__rate_interval") -> str:
-    """Signal ``key`` as ``bundle`` records it, spelled out for a dashboard: windows ``window`` (Grafana's
-    ``$__rate_interval``), every raw selector narrowed by ``matchers`` (``instance=~"$instance"``), the records
-    it reads inlined. A dashboard draws this instead of typing the signal's PromQL again."""
+    """Signal ``key`` (a record or one of SIGNALS) as ``bundle`` reads it, spelled out for a dashboard: windows
+    ``window`` (Grafana's ``$__rate_interval``), every raw selector narrowed by ``matchers``
+    (``instance=~"$instance"``), the records it reads inlined. A dashboard draws this instead of typing the
+    signal's PromQL again. MissingSignal names the raw series the bundle's sources lack."""
     defaults = {name: p.default for name, p in PARAMETERS.items()}
     chosen, missing, _ = choose_signals(bundle, defaults)
-    if key not in chosen:
-        raise CatalogueError(f"bundle {bundle} has no signal {key!r}" + (
-            f" (needs {', '.join(sorted(missing[key]))})" if key in missing else ""))
     params = {**defaults, "rate_window": window}
-    text = _with_records(_fill(chosen[key], params), {}, True, params, chosen)
-    names = set().union(*(series_read(chosen[k], defaults) for k in [key, *records_used(chosen[key])]))
+    if key in SIGNALS:
+        try:
+            expr = BUNDLES[bundle].rewrite(SIGNALS[key].expr)
+        except Unreadable as err:
+            raise MissingSignal(f"bundle {bundle} has no signal {key!r} (needs {err})", err.names) from None
+        lacking = set().union(*(missing[k] for k in RECORD_REF.findall(expr) if k in missing))
+        if lacking:
+            raise MissingSignal(f"bundle {bundle} has no signal {key!r} (needs {', '.join(sorted(lacking))})",
+                                lacking)
+        reads = [expr, *(chosen[k] for k in _closure(expr, chosen))]
+    elif key in chosen:
+        expr = chosen[key]
+        reads = [chosen[k] for k in [key, *_closure(expr, chosen)]]
+    else:
+        lacking = missing.get(key, set())
+        if key not in RECORDS:
+            raise CatalogueError(f"no signal {key!r}; known: {', '.join(sorted([*RECORDS, *SIGNALS]))}")
+        raise MissingSignal(f"bundle {bundle} has no signal {key!r}" + (
+            f" (needs {', '.join(sorted(lacking))})" if lacking else ""), lacking)
+    text = _with_records(_fill(expr, params), {}, True, params, chosen)
+    names = set().union(*(series_read(e, defaults) for e in reads))
     for name in sorted(names, key=len, reverse=True):
         text = re.sub(rf"\b{name}\{{", f"{name}{{{matchers}, ", text)
         text = re.sub(rf"\b{name}\b(?![{{\w])", f"{name}{{{matchers}}}", text)

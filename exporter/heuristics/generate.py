@@ -13,6 +13,9 @@ Files (relative to ``--out``, default: the current directory):
     prometheus/bundles/<bundle>/     the recording and alert rules of every other bundle (sources other than
                                      our own collectors: exporter/heuristics/sources.py); the files above are
                                      the bundle "bottleneck"
+    prometheus/bundles/<bundle>/tests/scenarios.yml
+                                     the scenario table as promtool tests of that bundle's rules, its input
+                                     series translated to the bundle's sources (promtool test rules FILE)
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ ALERT_RULES = "alerts/alert-rules.yml"
 RUNBOOK = "docs/runbook.md"
 RULE_TESTS = "tests/rules"
 BUNDLE_DIR = "prometheus/bundles"
+
+
+def bundle_rule_test(bundle: str) -> str:
+    """The promtool test file of a bundle other than the default, in a folder of its own below the rules so
+    that a ``rule_files: [<bundle>/*.yml]`` glob does not load it as rules."""
+    return f"{BUNDLE_DIR}/{bundle}/tests/scenarios.yml"
 
 
 def bundle_files(bundle: str) -> tuple[str, str]:
@@ -142,6 +151,21 @@ def _expected(rule: AlertRule, instance: Instance) -> dict[str, Any]:
 
 def render_rule_test(catalogue: Catalogue, heuristic_name: str, outcomes: Sequence[Outcome],
                      rule_files: Sequence[str] = (f"../../{RECORDING_RULES}", f"../../{ALERT_RULES}")) -> str:
+    return rule_test_document(rule_files, rule_test_cases(catalogue, heuristic_name, outcomes))
+
+
+def rule_test_document(rule_files: Sequence[str], tests: list[dict[str, Any]], intro: str = "") -> str:
+    doc = {
+        "rule_files": list(rule_files),
+        "evaluation_interval": "1m",
+        "tests": tests,
+    }
+    return header("exporter/heuristics/scenarios.py") + intro + dump(doc)
+
+
+def rule_test_cases(catalogue: Catalogue, heuristic_name: str, outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """One promtool test per outcome: its input series, and at each check the alert instances the Python
+    evaluator found firing, with their exact labels and rendered annotations."""
     rules = {r.severity: r for r in catalogue.alerts if r.heuristic.name == heuristic_name}
     alert = next(iter(rules.values())).alert
     tests = []
@@ -157,25 +181,37 @@ def render_rule_test(catalogue: Catalogue, heuristic_name: str, outcomes: Sequen
             "input_series": [{"series": s.selector, "values": s.notation} for s in outcome.series],
             "alert_rule_test": checks,
         })
-    doc = {
-        "rule_files": list(rule_files),
-        "evaluation_interval": "1m",
-        "tests": tests,
-    }
-    return header("exporter/heuristics/scenarios.py") + dump(doc)
+    return tests
 
 
-def render_rule_tests(catalogue: Catalogue, rule_files: Sequence[str] | None = None) -> dict[str, str]:
-    """promtool test files of the scenario table for ``catalogue``'s bundle: its input series translated to
-    the bundle's sources; scenarios of left-out alerts, or that need a series the bundle lacks, are skipped."""
+def bundle_outcomes(catalogue: Catalogue) -> dict[str, list[Outcome]]:
+    """heuristic → the scenario table replayed for ``catalogue``'s bundle: its input series translated to the
+    bundle's sources; scenarios of left-out alerts, or that need a series the bundle lacks, are skipped."""
     bundle = BUNDLES[catalogue.bundle]
     outcomes: dict[str, list[Outcome]] = {h.name: [] for h in HEURISTICS if h.name not in catalogue.left_out}
     for scenario in SCENARIOS:
         if scenario.alert in outcomes and scenario.runs_in(bundle):
             outcomes[scenario.alert].append(replay(scenario, catalogue))
+    return {name: found for name, found in outcomes.items() if found}
+
+
+def render_rule_tests(catalogue: Catalogue, rule_files: Sequence[str] | None = None) -> dict[str, str]:
+    """promtool test files of the scenario table for ``catalogue``'s bundle, one per heuristic (tests/rules/)."""
     files = rule_files if rule_files is not None else (f"../../{RECORDING_RULES}", f"../../{ALERT_RULES}")
     return {rule_test_path(name): render_rule_test(catalogue, name, found, files)
-            for name, found in outcomes.items() if found}
+            for name, found in bundle_outcomes(catalogue).items()}
+
+
+def render_bundle_rule_test(catalogue: Catalogue) -> str:
+    """One promtool test file with the whole scenario table for a bundle other than the default, next to (one
+    folder below) its rule files."""
+    recording, alerting = (f"../{Path(f).name}" for f in bundle_files(catalogue.bundle))
+    tests = [case for name, found in bundle_outcomes(catalogue).items()
+             for case in rule_test_cases(catalogue, name, found)]
+    intro = (f"# The scenario table for the {catalogue.bundle} bundle, with the default parameters: promtool test "
+             f"rules {bundle_rule_test(catalogue.bundle)}\n# After changing a threshold in the rules, the tests "
+             "that fail name the situations whose verdict changed.\n")
+    return rule_test_document((recording, alerting), tests, intro)
 
 
 def _md_escape(text: str) -> str:
@@ -279,6 +315,9 @@ def outputs(catalogue: Catalogue, tests: bool = True, for_override: str | None =
         files[alerting] = render_alert_rules(resolved)
     if tests:
         files.update(render_rule_tests(catalogue))
+        for name, resolved in bundles.items():
+            if name != DEFAULT_BUNDLE:
+                files[bundle_rule_test(name)] = render_bundle_rule_test(resolved)
     return files
 
 

@@ -12,7 +12,18 @@ import dataclasses
 import math
 
 from exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
-from exporter.heuristics.promql import Sample, SeriesStore, evaluate, parse
+from exporter.heuristics.promql import (
+    Aggregate,
+    Binary,
+    Call,
+    Negate,
+    Node,
+    Sample,
+    Selector,
+    SeriesStore,
+    evaluate,
+    parse,
+)
 from exporter.heuristics.scenarios import (
     EXPORTER_JOB,
     FIRES,
@@ -24,7 +35,7 @@ from exporter.heuristics.scenarios import (
     for_minutes,
     store_of,
 )
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from exporter.heuristics.sources import BUNDLES, PEER_JOB, family_of
 
 NOT_YET_SCAN_MINUTES = 45
 
@@ -96,17 +107,41 @@ def simulate(rules: list[AlertRule], store: SeriesStore, minutes: int) -> tuple[
     return active, firing
 
 
-def _matches(expected: dict[str, str], value: float | None, got: list[Instance], any_job: bool = False) -> bool:
-    """Whether ``got`` has ``expected``; ``any_job``: an expected scrape job of ours may be a peer's (a bundle
-    reads node and GPU series from other exporters, scraped in jobs of their own)."""
-    loose = any_job and expected.get("job") == EXPORTER_JOB
-    for inst in got:
-        labels = inst.label_dict
-        if loose:
-            labels = {**labels, "job": EXPORTER_JOB}
-        if labels == expected and (value is None or math.isclose(inst.value, value, rel_tol=1e-6)):
-            return True
-    return False
+def _labelled_by(node: Node) -> str | None:
+    """The raw series whose labels an expression's result carries: Prometheus keeps the left operand's labels
+    (the "many" side of group_left, the side that is a vector), an aggregation or function its argument's."""
+    if isinstance(node, Selector):
+        return next((m.value for m in node.matchers if m.name == "__name__" and m.op == "="), None)
+    if isinstance(node, Binary):
+        return _labelled_by(node.lhs) or _labelled_by(node.rhs)
+    if isinstance(node, Aggregate | Negate):
+        return _labelled_by(node.expr)
+    if isinstance(node, Call):
+        return next(filter(None, map(_labelled_by, node.args)), None)
+    return None
+
+
+def scrape_job(rule: AlertRule) -> str:
+    """The scrape job an alert instance of ``rule`` carries: that of the exporter whose series label it (a node
+    alert of the node-exporter bundle carries node_exporter's job, a GPU alert beside dcgm-exporter carries
+    dcgm-exporter's where its GPU signal comes from there, and ours where it comes from our unique series)."""
+    found = _labelled_by(parse(rule.inline_expr))
+    origin = family_of(found) if found else None
+    return PEER_JOB[origin[1]]["job"] if origin and origin[1] in PEER_JOB else EXPORTER_JOB
+
+
+def expected_labels(scenario_labels: dict[str, str], rule: AlertRule) -> dict[str, str]:
+    """A scenario's expected labels (written for the bottleneck bundle, every series scraped in our job) as the
+    alert carries them under ``rule``'s bundle."""
+    if scenario_labels.get("job") != EXPORTER_JOB:
+        return scenario_labels
+    return {**scenario_labels, "job": scrape_job(rule)}
+
+
+def _matches(expected: dict[str, str], value: float | None, got: list[Instance]) -> bool:
+    """Whether ``got`` has ``expected`` (labels exactly, the value to 6 significant digits)."""
+    return any(inst.label_dict == expected and (value is None or math.isclose(inst.value, value, rel_tol=1e-6))
+               for inst in got)
 
 
 def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
@@ -121,7 +156,7 @@ def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
     else:
         timeline = Timeline(scenario.eval_at if scenario.eval_at is not None else hold + 7, 0)
     built = BUNDLES[catalogue.bundle].translate(scenario.build(timeline))
-    peers = catalogue.bundle != DEFAULT_BUNDLE
+    target_rule = next(r for r in rules if r.severity == scenario.severity)
     store = store_of(built)
     active, firing = simulate(rules, store, timeline.length)
     target = scenario.severity
@@ -136,11 +171,12 @@ def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
         if firing[eval_at][target]:
             raise ScenarioError(f"{scenario.title}: already firing at minute {eval_at}")
         for exp in scenario.expect:
-            if not _matches(dict(exp.labels), None, active[eval_at][target], peers):
-                raise ScenarioError(f"{scenario.title}: {dict(exp.labels)} not pending at {eval_at}: "
+            labels = expected_labels(dict(exp.labels), target_rule)
+            if not _matches(labels, None, active[eval_at][target]):
+                raise ScenarioError(f"{scenario.title}: {labels} not pending at {eval_at}: "
                                     f"{active[eval_at][target]}")
-            if not _matches(dict(exp.labels), exp.value, firing[later][target], peers):
-                raise ScenarioError(f"{scenario.title}: {dict(exp.labels)}={exp.value} not firing at {later}: "
+            if not _matches(labels, exp.value, firing[later][target]):
+                raise ScenarioError(f"{scenario.title}: {labels}={exp.value} not firing at {later}: "
                                     f"{firing[later][target]}")
         checks = [Check(eval_at, firing[eval_at]), Check(later, firing[later])]
     else:
@@ -149,8 +185,9 @@ def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
             if not scenario.expect:
                 raise ScenarioError(f"{scenario.title}: a firing scenario needs an expectation")
             for exp in scenario.expect:
-                if not _matches(dict(exp.labels), exp.value, firing[eval_at][target], peers):
-                    raise ScenarioError(f"{scenario.title}: expected {dict(exp.labels)} = {exp.value} firing at "
+                labels = expected_labels(dict(exp.labels), target_rule)
+                if not _matches(labels, exp.value, firing[eval_at][target]):
+                    raise ScenarioError(f"{scenario.title}: expected {labels} = {exp.value} firing at "
                                         f"minute {eval_at}, got {firing[eval_at][target]}")
             if len(firing[eval_at][target]) != len(scenario.expect):
                 raise ScenarioError(f"{scenario.title}: unexpected extra instances {firing[eval_at][target]}")

@@ -143,6 +143,49 @@ def _dcgm(series: Sequence[Series]) -> list[Series]:
     return out
 
 
+def dcgm_as_ours(expr: str) -> str:
+    """A dcgm-exporter expression with our GPU labels: ``uuid`` from its ``UUID``, its other labels dropped."""
+    return (f"max without ({', '.join(DCGM_ONLY_LABELS)}) (\n  label_replace(\n    "
+            + expr.replace("\n", "\n    ") + ',\n    "uuid", "$1", "UUID", "(.+)"\n  )\n)')
+
+
+class Unreadable(ValueError):
+    """An expression a bundle cannot read: ``names`` are the series of ours it needs and its sources lack."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__(", ".join(sorted(names)))
+        self.names = names
+
+
+# A selector of one of our raw series, with its matchers; ``[`` after it makes it a range.
+OUR_SELECTOR = re.compile(r'\b(bottleneck_[a-z0-9_]+)(?:\{((?:"(?:[^"\\]|\\.)*"|[^}"])*)\})?(\[)?')
+MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
+
+
+def _peer_selector(name: str, matchers: str, ranged: bool, table: Mapping[str, tuple[Twin, ...]]) -> str:
+    """Our selector ``name{matchers}`` as the peer's series, from its twin in ``table``; Unreadable when no twin
+    carries it as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
+    parts = list(MATCHER.finditer(matchers))
+    if "".join(m.group(0) for m in parts) != matchers:
+        raise ValueError(f"selector {name}{{{matchers}}}: matchers not understood")
+    pinned = {m.group(1): m.group(3)[1:-1] for m in parts if m.group(2) == "="}
+    twins = [t for t in table.get(name, ()) if all(pinned.get(k) == v for k, v in t.match.items())]
+    if len(twins) != 1:
+        raise Unreadable({name})
+    twin = twins[0]
+    rest = ", ".join("".join(m.group(1, 2, 3)) for m in parts if m.group(1) not in twin.match)
+    if not PEER_SERIES.fullmatch(twin.series):
+        if rest or ranged:
+            raise Unreadable({name})
+        return f"({twin.series})"
+    selector = twin.series + (f"{{{rest}}}" if rest else "")
+    if twin.scale == 1:
+        return selector
+    if ranged:
+        raise Unreadable({name})
+    return f"({selector} * {twin.scale!r})"
+
+
 def _dcgm_beside_ours(series: Sequence[Series]) -> list[Series]:
     return _dcgm(series) + [s for s in series if gpu_unique(_name(s))]
 
@@ -192,6 +235,54 @@ class Bundle:
         found = family_of(metric)
         return found is None or SOURCES[found[0]][self.sources[found[0]]].provides(found[1], metric)
 
+    def _twins(self, family: str) -> Mapping[str, tuple[Twin, ...]]:
+        """Our series of ``family`` → their twins in the peer this bundle reads that family from."""
+        if family == HOST and self.host == NODE_EXPORTER:
+            return NODE_EXPORTER_TWINS
+        if family == GPU and self.gpu in (DCGM, DCGM_BESIDE_OURS):
+            return DCGM_TWINS
+        return {}
+
+    def series(self, name: str) -> str | None:
+        """The raw series this bundle holds for our series ``name`` (for a dashboard variable's
+        ``label_values``): ours, or its peer's twin; None where neither is a plain series."""
+        if self.provides(name):
+            return name
+        family = (family_of(name) or ("", ""))[0]
+        return next((t.series for t in self._twins(family).get(name, ()) if PEER_SERIES.fullmatch(t.series)), None)
+
+    def rewrite(self, expr: str) -> str:
+        """``expr``, written over our series, as this bundle reads it: each of our series its sources lack
+        becomes its peer's twin (coexistence.py), dcgm-exporter's with our GPU labels. Unreadable names the
+        series no source of the bundle carries; in an expression that mixes dcgm-exporter's GPU series with ours
+        (their label sets differ, so nothing matches one to one), the ones only dcgm-exporter has."""
+        lacking: set[str] = set()
+        ours_gpu: set[str] = set()  # our GPU series read as ours
+        peers_gpu: set[str] = set()  # our GPU series read as dcgm-exporter's
+
+        def one(match: re.Match[str]) -> str:
+            name, matchers, ranged = match.group(1), match.group(2) or "", match.group(3) or ""
+            family = (family_of(name) or ("", ""))[0]
+            if self.provides(name):
+                if family == GPU:
+                    ours_gpu.add(name)
+                return match.group(0)
+            try:
+                peer = _peer_selector(name, matchers, bool(ranged), self._twins(family))
+            except Unreadable:
+                lacking.add(name)
+                return match.group(0)
+            if family == GPU:
+                peers_gpu.add(name)
+            return peer + ranged
+
+        text = OUR_SELECTOR.sub(one, expr)
+        if ours_gpu and peers_gpu:
+            lacking |= peers_gpu
+        if lacking:
+            raise Unreadable(lacking)
+        return dcgm_as_ours(text) if peers_gpu else text
+
     def translate(self, series: Sequence[Series]) -> list[Series]:
         """Our series (every family) → what Prometheus holds when this bundle's sources export them."""
         out: list[Series] = []
@@ -209,6 +300,6 @@ BUNDLES: dict[str, Bundle] = {b.name: b for b in (
            "from dcgm-exporter and what only bottleneck-exporter's gpu collector has (bottleneck-exporter "
            "--collector.preset=beside-node-exporter-and-dcgm)"),
     Bundle("node-exporter-dcgm-only", NODE_EXPORTER, DCGM, "host series from node_exporter, GPU series from "
-           "dcgm-exporter only (bottleneck-exporter --collector.preset=beside-node-exporter --no-collector.gpu, "
-           "where it has no GPU access)"),
+           "dcgm-exporter only (bottleneck-exporter --collector.preset=beside-node-exporter-and-dcgm-only, where it "
+           "has no GPU access)"),
 )}

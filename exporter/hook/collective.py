@@ -1,43 +1,54 @@
-"""Time a rank spends in its collectives: DDP's gradient all-reduce, timed by a communication hook.
+"""Time a rank spends in its collectives: DDP's gradient all-reduce, FSDP's all-gathers and reduce-scatters.
 
-DDP all-reduces each gradient bucket as soon as backward has filled it, so collectives overlap backward:
-their time is a phase of its own, not part of the partition of the step. It is the host time during which
-at least one of the rank's collectives was in flight (launched, not yet completed), which includes the time
-spent waiting for the slowest peer to join::
+Collectives overlap backward (DDP all-reduces each gradient bucket as soon as backward has filled it; FSDP
+prefetches the next all-gather), so their time is a phase of its own, not part of the partition of the step.
+It is the time during which at least one of the rank's collectives was in flight (launched, not yet
+completed), which includes the time spent waiting for the slowest peer to join::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
 
-How: DDP's default all-reduce, registered as a communication hook (``torch.distributed`` ``allreduce_hook``,
-the same arithmetic: divide by the world size, sum) whose launch and completion are timed with
-``perf_counter()``; the completion is the future's callback, on whichever thread completes it. Nothing waits
-on the device. Only on the gloo backend: there the future completes when the all-reduce has; on NCCL it
-completes at launch (the wait is on the GPU stream), so host timing would say nothing. Not timed either: a
-model that has its own communication hook (DDP takes one only), FSDP.
+Where the launches are seen: ``exporter.hook.collective_ddp`` (a DDP communication hook) and
+``exporter.hook.collective_fsdp`` (FSDP2's communication objects). How each launch is timed depends on the
+process group's backend, never by waiting on the device:
 
-Imports torch only inside ``attach``, which runs once a DDP model is seen.
+- gloo: ``HostStopwatch``, ``perf_counter()`` at launch and at completion (the work's future, on whichever
+  thread completes it): on gloo the future completes when the collective has.
+- NCCL: ``GpuStopwatch``, a CUDA event recorded before the launch and one after it on the stream that
+  consumes the result, read back later only once ``query()`` says the GPU passed it. NCCL's future
+  completes at launch (the wait is on the GPU stream), so host times would say nothing.
+
+Imports torch only inside ``attach``, which runs once a model is seen.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import sys
 import threading
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
+
+from exporter.hook.timing import CudaEventLike
 
 log = logging.getLogger("exporter.hook")
+
+HOST, GPU = "host", "gpu"
 
 
 class CollectiveClock:
     """Collective intervals as they complete (``log``: start, end, start, end, ...), folded into the time
-    covered by at least one of them."""
+    covered by at least one of them. Its intervals are all on one timeline: the host's ``perf_counter()``
+    (gloo) or the GPU's (NCCL, seconds from a reference event), whichever stopwatch came first."""
 
     def __init__(self) -> None:
         self.log: list[float] = []
         self._seconds = 0.0
-        self._covered_until = 0.0  # the latest end folded so far
+        self._covered_until = float("-inf")  # the latest end folded so far
         self._folding = threading.Lock()
+        self.kind: str | None = None  # HOST or GPU, fixed by the first stopwatch
+        self.gpu: GpuStopwatch | None = None
 
     def record(self, start: float, end: float) -> None:
         log = self.log
@@ -46,6 +57,8 @@ class CollectiveClock:
 
     def seconds(self) -> float:
         """Fold what completed so far; returns the cumulative time with a collective in flight."""
+        if self.gpu is not None:
+            self.gpu.harvest()
         with self._folding:
             log = self.log
             count = len(log) & ~1
@@ -62,41 +75,196 @@ class CollectiveClock:
 
     def forked(self) -> None:
         self._folding = threading.Lock()
+        if self.gpu is not None:
+            self.gpu.forked()
 
 
-def timed_allreduce(clock: CollectiveClock, allreduce: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """A DDP communication hook: ``allreduce`` (the default one), its launch and completion logged."""
-
-    def bottleneck_timed_allreduce_hook(process_group: Any, bucket: Any) -> Any:
-        start = perf_counter()
-
-        def completed(future: Any) -> Any:
-            clock.record(start, perf_counter())
-            return future.value()
-
-        return allreduce(process_group, bucket).then(completed)
-
-    # DDP compares the hook's annotations with its own types (GradBucket, Future[Tensor]); these, strings
-    # under postponed evaluation, would not match.
-    bottleneck_timed_allreduce_hook.__annotations__ = {}
-    return bottleneck_timed_allreduce_hook
+class Stopwatch(Protocol):
+    def start(self) -> Any: ...
+    def stop(self, token: Any) -> None: ...
 
 
-def attach(clock: CollectiveClock, model: Any) -> bool:
-    """Register the timed all-reduce on ``model`` if it is a DDP model on gloo without a hook of its own."""
-    parallel = sys.modules.get("torch.nn.parallel")
-    if parallel is None or not isinstance(model, parallel.DistributedDataParallel):
-        return False
-    if getattr(model, "_comm_hooks", None):
-        log.info("bottleneck hook: the DDP model has its own communication hook; collective time not measured")
-        return False
+class HostStopwatch:
+    """Host time from launch to completion (gloo)."""
+
+    def __init__(self, clock: CollectiveClock) -> None:
+        self.clock = clock
+
+    def start(self) -> float:
+        return perf_counter()
+
+    def stop(self, token: float) -> None:
+        self.clock.record(token, perf_counter())
+
+
+class GpuStopwatch:
+    """GPU time from launch to completion (NCCL), from CUDA events read back only once complete.
+
+    ``start`` records an event on the current stream before the launch (the collective cannot begin before
+    its input is ready there); ``stop`` records one on the stream that consumes the result, after the launch
+    (FSDP's current stream, which NCCL makes wait for the collective; inside a DDP future's callback, a
+    stream that waits for it). Intervals become seconds from a reference event (the first one recorded), so
+    overlapping collectives on different streams fold into one timeline. ``harvest`` (at each fold, on the
+    sender thread) reads back the pairs the GPU has passed, in any order; ``max_pending`` bounds memory when
+    the GPU is far behind or an event never completes: the oldest pair is then given up, counted in
+    ``abandoned``, never waited for.
+    """
+
+    def __init__(self, clock: CollectiveClock, event_factory: Callable[[], CudaEventLike],
+                 max_pending: int = 4096) -> None:
+        self.clock = clock
+        self._factory = event_factory
+        self._reference: CudaEventLike | None = None
+        self._pool: list[CudaEventLike] = []
+        self._pending: collections.deque[tuple[CudaEventLike, CudaEventLike]] = collections.deque()
+        self._harvesting = threading.Lock()
+        self.max_pending = max_pending
+        self.abandoned = 0
+
+    def _event(self) -> CudaEventLike:
+        try:
+            event = self._pool.pop()
+        except IndexError:
+            event = self._factory()
+        event.record()
+        return event
+
+    def start(self) -> CudaEventLike:
+        if self._reference is None:
+            self._reference = self._event()
+        return self._event()
+
+    def stop(self, token: CudaEventLike) -> None:
+        pending = self._pending
+        pending.append((token, self._event()))
+        if len(pending) > self.max_pending:
+            # Not pooled: its events may still be in flight.
+            pending.popleft()
+            self.abandoned += 1
+
+    def harvest(self) -> int:
+        """Read back every pair the GPU has passed into the clock; returns how many."""
+        reference = self._reference
+        if reference is None or not self._pending:
+            return 0
+        with self._harvesting:
+            if not reference.query():
+                return 0
+            pending, done, kept = self._pending, 0, []
+            # popleft/append are atomic: stop() may append from another thread meanwhile.
+            for _ in range(len(pending)):
+                start, end = pending.popleft()
+                if end.query() and start.query():
+                    self.clock.record(reference.elapsed_time(start) / 1000.0,
+                                      reference.elapsed_time(end) / 1000.0)
+                    if len(self._pool) < 64:
+                        self._pool += (start, end)
+                    done += 1
+                else:
+                    kept.append((start, end))
+            pending.extendleft(reversed(kept))
+            return done
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def forked(self) -> None:
+        self._harvesting = threading.Lock()
+
+
+class Stopwatches:
+    """The stopwatch for each process group, by its backend: gloo on the host, NCCL on the GPU, anything
+    else not timed. One clock holds one timeline, so a second kind (a gloo group beside NCCL ones) is not
+    timed either; each refusal is logged once."""
+
+    def __init__(self, clock: CollectiveClock, backend_of: Callable[[Any], str],
+                 gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> None:
+        self.clock = clock
+        self._backend_of = backend_of
+        self._gpu_event_factory = gpu_event_factory
+        self._by_group: dict[int, tuple[Any, Stopwatch | None]] = {}
+
+    def for_group(self, group: Any) -> Stopwatch | None:
+        known = self._by_group.get(id(group))
+        if known is not None and known[0] is group:
+            return known[1]
+        backend = self._backend_of(group)
+        watch = self._stopwatch(backend)
+        # The group is kept alive with its entry, so its id is never reused for another group.
+        self._by_group[id(group)] = (group, watch)
+        return watch
+
+    def _stopwatch(self, backend: str) -> Stopwatch | None:
+        kind = {"gloo": HOST, "nccl": GPU}.get(backend)
+        clock = self.clock
+        if kind is None or (clock.kind is not None and clock.kind != kind):
+            log.info("bottleneck hook: collectives on the %s backend are not timed (%s)", backend,
+                     "gloo and NCCL only" if kind is None else f"this rank's are timed on the {clock.kind}")
+            return None
+        clock.kind = kind
+        if kind == HOST:
+            return HostStopwatch(clock)
+        if clock.gpu is None:
+            factory = self._gpu_event_factory or _cuda_event
+            clock.gpu = GpuStopwatch(clock, factory)
+        return clock.gpu
+
+
+def _cuda_event() -> CudaEventLike:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
+def backend_of(group: Any) -> str:
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    group = model.process_group
-    if dist.get_backend(group) != "gloo":
-        log.info("bottleneck hook: collective time is measured on the gloo backend only (this is %s)",
-                 dist.get_backend(group))
+    return str(dist.get_backend(group)).lower()
+
+
+def timed_launch(watch: Stopwatch | None, launch: Callable[[], Any]) -> Any:
+    """``launch()`` (a collective returning a ``Work``, or None once it has completed), timed by ``watch``.
+    A failure of the timing is logged once and never reaches training; the collective's own errors do."""
+    if watch is None:
+        return launch()
+    try:
+        token = watch.start()
+    except Exception:
+        timing_failed()
+        return launch()
+    result = launch()
+    try:
+        if result is None:
+            watch.stop(token)
+        else:
+            result.get_future().then(lambda _: _stop_quietly(watch, token))
+    except Exception:
+        timing_failed()
+    return result
+
+
+def _stop_quietly(watch: Stopwatch, token: Any) -> None:
+    try:
+        watch.stop(token)
+    except Exception:
+        timing_failed()
+
+
+_failures = [0]
+
+
+def timing_failed() -> None:
+    _failures[0] += 1
+    if _failures[0] == 1:
+        log.warning("bottleneck hook: timing a collective failed; the collective ran untimed", exc_info=True)
+
+
+def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> bool:
+    """Time the collectives of ``model`` (DDP, or a model with FSDP2 modules); False when it has none that
+    the hook can time. Safe to call again for the same model."""
+    if "torch" not in sys.modules:
         return False
-    model.register_comm_hook(group, timed_allreduce(clock, allreduce_hook))
-    return True
+    from exporter.hook import collective_ddp, collective_fsdp
+
+    watches = Stopwatches(clock, backend_of, gpu_event_factory)
+    return collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)

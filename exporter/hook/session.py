@@ -284,6 +284,8 @@ class Session:
         self.grad_enabled = torch.is_grad_enabled
         self._handles.append(TimedForward(self, model, count_samples_in_forward))
         self._models.add(id(model))
+        # Now, before any training: a DDP hook the user registers from here on is timed, not refused.
+        self.time_collectives(model)
         with contextlib.suppress(TypeError):
             _by_object[model] = self
 
@@ -325,14 +327,21 @@ class Session:
         self._handles.clear()
         self._optimizers.clear()
 
+    def time_collectives(self, model: Any) -> None:
+        """Time the collectives of a DDP or FSDP model (exporter.hook.collective); again at the first
+        forward, for a model whose FSDP modules were wrapped after instrument()."""
+        clock = self.collectives or collective.CollectiveClock()
+        try:
+            if collective.attach(clock, model):
+                self.collectives = clock
+        except Exception:
+            self.failed("attaching to the model's collectives")
+
     def check_device(self, model: Any) -> None:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
         a CUDA device, and time the collectives of a DDP model (exporter.hook.collective)."""
         self.device_checked = True
-        if self.collectives is None:
-            clock = collective.CollectiveClock()
-            if collective.attach(clock, model):
-                self.collectives = clock
+        self.time_collectives(model)
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":

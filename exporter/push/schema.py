@@ -28,8 +28,8 @@ STEP_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
 HOST_PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
-# Time in collectives (DDP's all-reduce): overlaps backward, so it is no part of the step's partition; sent
-# only by a rank whose collectives the hook times.
+# Time in collectives (DDP's all-reduce, FSDP's all-gathers and reduce-scatters): overlaps forward and
+# backward, so it is no part of the step's partition; sent only by a rank whose collectives the hook times.
 COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")

@@ -1,11 +1,13 @@
 """What the running exporter says about itself: the status page, its JSON twin, readiness, the startup line.
 
-Modules: ``recorder`` (the bounded ring of its own recent collections), ``verdicts`` (the catalogue's rules
+Modules: ``recorder`` (the bounded ring of its own recent collections), ``peers`` (node_exporter and
+dcgm-exporter, read beside a ``beside-*`` preset), ``verdicts`` (the catalogue's rules
 over that ring, evaluated on request), ``model`` (the page's data, served as ``/status.json``), ``page`` (the
 HTML on ``/``), ``logs`` (logfmt and JSON log lines).
 
 ``Status`` ties them to the daemon: a sampler thread collects when nothing scraped for ``interval`` seconds
-(so the page has recent samples on a node Prometheus does not scrape, and costs nothing extra on one it does),
+(so the page has recent samples on a node Prometheus does not scrape, and costs nothing extra on one it does)
+and reads the peers the bundle needs (never from a scrape of /metrics),
 ``ready()`` holds ``/-/ready`` at 503 until the first collection (the parts, the push socket among them, are
 started before it), and one log line says what the exporter found.
 """
@@ -17,12 +19,15 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from exporter import __version__
 from exporter.collectors.base import Collector
+from exporter.heuristics.sources import DEFAULT_BUNDLE
+from exporter.peers import Peer
 from exporter.status import model, page
+from exporter.status.peers import recorders
 from exporter.status.recorder import Recorder
 from exporter.status.verdicts import Verdicts, catalogue_names, evaluate
 
@@ -33,11 +38,14 @@ Page = Callable[[], tuple[bytes, str]]
 
 class Status:
     def __init__(self, orchestrator: Collector, parts: Mapping[str, Collector], *, listen_address: str,
-                 telemetry_path: str, interval: float) -> None:
+                 telemetry_path: str, interval: float, bundle: str = DEFAULT_BUNDLE,
+                 peers: Sequence[Peer] = ()) -> None:
         self.parts = parts
         self.interval = interval
+        self.bundle = bundle
         # At most one snapshot per third of the interval: a fast scraper does not shorten the recorded span.
-        self.recorder = Recorder(orchestrator, catalogue_names() | model.PAGE_NAMES, spacing=interval / 3)
+        self.recorder = Recorder(orchestrator, catalogue_names(bundle) | model.PAGE_NAMES, spacing=interval / 3)
+        self.peers = recorders(peers, catalogue_names(bundle), spacing=interval / 3)
         self.facts: dict[str, Any] = {"version": __version__, "instance": socket.gethostname(),
                                       "listen_address": listen_address, "telemetry_path": telemetry_path,
                                       "started_at": time.time()}
@@ -45,7 +53,7 @@ class Status:
         self._thread: threading.Thread | None = None
         # The last verdicts and the ring they were computed over: a reload between two snapshots (or a second
         # browser tab) does not evaluate the catalogue again.
-        self._verdicts: tuple[tuple[float, float, int], Verdicts] | None = None
+        self._verdicts: tuple[tuple[Any, ...], Verdicts] | None = None
         self._verdicts_lock = threading.Lock()
 
     def ready(self) -> bool:
@@ -56,10 +64,12 @@ class Status:
 
     def data(self) -> dict[str, Any]:
         snapshots = self.recorder.snapshots()
-        key = (snapshots[0].at, snapshots[-1].at, len(snapshots)) if snapshots else (0.0, 0.0, 0)
+        peers = [(collector.target, recorder.snapshots(), collector.error) for collector, recorder in self.peers]
+        key = ((snapshots[0].at, snapshots[-1].at, len(snapshots)) if snapshots else (0.0, 0.0, 0),
+               tuple((s[-1].at if s else 0.0, e) for _, s, e in peers))
         with self._verdicts_lock:
             if self._verdicts is None or self._verdicts[0] != key:
-                self._verdicts = key, evaluate(snapshots, str(self.facts["instance"]))
+                self._verdicts = key, evaluate(snapshots, str(self.facts["instance"]), self.bundle, peers)
             verdicts = self._verdicts[1]
         return model.build(snapshots, self.parts, {**self.facts, "ready": self.ready()}, verdicts=verdicts)
 
@@ -84,6 +94,8 @@ class Status:
         while not self._stop.is_set():
             try:
                 self.recorder.collect_if_idle(self.interval)
+                for _, peer_recorder in self.peers:  # here, never in a scrape: a slow peer delays only this
+                    peer_recorder.collect_if_idle(self.interval / 3)
                 if first:
                     first = False
                     self._log_found()
@@ -104,6 +116,9 @@ class Status:
         if push.get("udp"):
             fields["push_udp"] = push["udp"]
         fields["collectors"] = [name for name in self.parts if name != "push"]
+        if self.peers:
+            fields["bundle"] = self.bundle
+            fields["peers"] = [f"{collector.target.name}={collector.target.url}" for collector, _ in self.peers]
         if failed:
             fields["failed"] = failed
         log.info("exporter ready", extra=fields)

@@ -51,6 +51,7 @@ def build(snapshots: Sequence[Snapshot], parts: Mapping[str, Any], facts: Mappin
             "findings": [finding.as_dict() for finding in verdicts.findings],
             "errors": [{"alert": alert, "error": error} for alert, error in verdicts.errors],
             "missing": verdicts.missing,
+            "bundle": verdicts.bundle, "peers": verdicts.peers,
         },
     }
 

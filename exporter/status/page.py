@@ -51,6 +51,7 @@ td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
 .phasebar{display:block;width:100%;max-width:420px;height:18px}
 code{background:#eef1f4;padding:1px 5px;border-radius:4px;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:0 16px}
+.peer-down{border-left:4px solid #d68910;padding-left:8px}
 .verdict .alert{font-size:12px;color:#52606d;margin-left:8px}
 """
 
@@ -119,6 +120,16 @@ def _verdicts(status: Mapping[str, Any]) -> str:
             f'<dt>advice</dt><dd>{_e(finding["advice"])}</dd></dl></div>')
     if verdicts["missing"]:
         out.append('<p class="muted">No data for: ' + "; ".join(_e(m) for m in verdicts["missing"]) + ".</p>")
+    for peer in verdicts["peers"]:
+        if peer["error"]:  # said plainly: the verdicts that read its series are judged without them
+            flag = f'--status.{peer["name"].replace("_", "-")}-url'
+            out.append(f'<p class="peer-down">{_e(peer["name"])} did not answer ({_e(peer["error"])}), so these '
+                       f'verdicts lack its series: {_e(", ".join(peer["unjudged"]) or "none")}. Start it, or '
+                       f"point {_e(flag)} at it.</p>")
+    if verdicts["bundle"] != "bottleneck" or verdicts["peers"]:
+        read = ", ".join(f'{p["name"]} at {p["url"]}' for p in verdicts["peers"]) or "no other exporter"
+        out.append(f'<p class="muted">Rule bundle {_e(verdicts["bundle"])}; besides this exporter, read: '
+                   f"{_e(read)}.</p>")
     out.append("</section>")
     return "".join(out)
 

@@ -1,8 +1,9 @@
 """The verdicts this exporter can compute from its own recent samples, with the catalogue's Python evaluator.
 
 The same rules and evaluator as ``bottleneck-exporter diagnose`` standalone (``exporter.diagnose``): the
-recorder's snapshots become a series store (each sample also records ``up{job=<exporter_job>} 1``, as a
-Prometheus scrape would), every alert expression of the catalogue is evaluated at the last snapshot, rate
+recorder's snapshots, and those of the peers the bundle reads (``exporter.status.peers``), become a series
+store labelled as Prometheus would (``exporter.peers.Points``: ours in ``<exporter_job>``, each peer in its
+own job, ``up`` per read), every alert expression of the bundle is evaluated at the last snapshot, rate
 windows being the recorded span. Computed only when asked (the status page), never in the background.
 """
 
@@ -12,10 +13,13 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from exporter.diagnose import Finding, diagnose_store, missing_in
 from exporter.heuristics.catalogue import resolve
-from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, SeriesStore, parse
+from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
+from exporter.heuristics.sources import DEFAULT_BUNDLE
+from exporter.peers import Peer, Points, unjudged
 from exporter.status.recorder import Snapshot
 
 MIN_SNAPSHOTS = 2  # a rate needs two points
@@ -28,13 +32,16 @@ class Verdicts:
     findings: list[Finding]
     errors: list[tuple[str, str]]
     missing: list[str]
+    bundle: str = DEFAULT_BUNDLE
+    # Each peer read: name, url, job, up (at the last read), error, the alerts that read its series when down.
+    peers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
-@functools.lru_cache(maxsize=1)
-def catalogue_names() -> frozenset[str]:
-    """Every metric name an alert expression of the catalogue selects."""
+@functools.cache
+def catalogue_names(bundle: str = DEFAULT_BUNDLE) -> frozenset[str]:
+    """Every metric name an alert expression of ``bundle`` selects."""
     names: set[str] = set()
-    for rule in resolve().alerts:
+    for rule in resolve(bundle=bundle).alerts:
         _collect_names(parse(rule.inline_expr), names)
     return frozenset(names)
 
@@ -56,22 +63,26 @@ def _collect_names(node: Node, names: set[str]) -> None:
         _collect_names(node.expr, names)
 
 
-def evaluate(snapshots: Sequence[Snapshot], instance: str) -> Verdicts:
-    """Verdicts over ``snapshots`` (oldest first), the series labelled ``instance`` as Prometheus would."""
+def evaluate(snapshots: Sequence[Snapshot], instance: str, bundle: str = DEFAULT_BUNDLE,
+             peers: Sequence[tuple[Peer, Sequence[Snapshot], str | None]] = ()) -> Verdicts:
+    """Verdicts of ``bundle`` over ``snapshots`` (oldest first) and each peer's (peer, its snapshots, its last
+    error), the series labelled ``instance`` as Prometheus would."""
     if len(snapshots) < MIN_SNAPSHOTS:
-        return Verdicts(0.0, len(snapshots), [], [], [])
-    scrape_job = str(resolve().parameters["exporter_job"])
-    points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        return Verdicts(0.0, len(snapshots), [], [], [], bundle)
+    points = Points(instance)
     for snapshot in snapshots:
-        for name, labels, value in (*snapshot.samples, ("up", (("job", scrape_job),), 1.0)):
-            if math.isinf(value):
-                continue
-            key = tuple(sorted({**dict(labels), "instance": instance, "__name__": name}.items()))
-            points.setdefault(key, []).append((snapshot.at, value))
-    store = SeriesStore()
-    for key, series in points.items():
-        store.add(dict(key), series)
+        points.add(snapshot.at, str(resolve().parameters["exporter_job"]), snapshot.samples)
     first, last = snapshots[0].at, snapshots[-1].at
+    for target, recorded, _ in peers:
+        for snapshot in recorded:
+            if first - 1 <= snapshot.at <= last:  # what the evaluation at ``last`` sees, as for ours
+                up = {name: value for name, _, value in snapshot.samples}.get("up", 0.0) == 1.0
+                points.add(snapshot.at, target.job, [s for s in snapshot.samples if s[0] != "up"], up)
+    store = points.store()
     window = max(1, math.ceil(last - first) + 1)
-    findings, errors = diagnose_store(resolve({"rate_window": f"{window}s"}), store, last)
-    return Verdicts(last - first, len(snapshots), findings, errors, missing_in(store))
+    catalogue = resolve({"rate_window": f"{window}s"}, bundle=bundle)
+    findings, errors = diagnose_store(catalogue, store, last)
+    read = [{"name": target.name, "url": target.url, "job": target.job, "up": error is None, "error": error,
+             "unjudged": [] if error is None else unjudged(catalogue, [target.source])}
+            for target, _, error in peers]
+    return Verdicts(last - first, len(snapshots), findings, errors, missing_in(store), bundle, read)

@@ -1,0 +1,150 @@
+"""The exporters beside ours (node_exporter, dcgm-exporter), scraped and labelled as Prometheus labels them.
+
+Standalone ``diagnose`` and the status page evaluate the catalogue without a Prometheus. Under a bundle whose
+host or GPU series come from node_exporter or dcgm-exporter (``exporter.heuristics.sources``), they scrape
+those exporters themselves, and every sample must look as it would in Prometheus, or the bundle's joins
+(``on (instance, gpu)``) and selectors would match nothing:
+
+* each exporter is a scrape job of its own (``job`` as the translators give it, ``sources.PEER_JOB``), ours
+  the exporter job of the catalogue;
+* every exporter of one node shares one ``instance`` (a stack relabels it to the node name);
+* a scraped ``job`` or ``instance`` label becomes ``exported_job`` / ``exported_instance`` (``honor_labels:
+  false``, Prometheus' default);
+* each scrape adds ``up`` for its job: 1, or 0 when the exporter did not answer.
+
+``Points`` gathers such samples into the evaluator's series store; ``scrape`` reads one exporter over HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+
+from exporter.heuristics.catalogue import Catalogue
+from exporter.heuristics.promql import SeriesStore
+from exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER, PEER_JOB, SOURCES, family_of
+
+Sample = tuple[str, dict[str, str], float]
+Labels = Mapping[str, str] | tuple[tuple[str, str], ...]  # as scraped, or as a recorder's snapshot holds them
+# How people name each peer (flags, messages), and the port it listens on by default.
+PEER_NAMES = {NODE_EXPORTER: "node_exporter", DCGM: "dcgm-exporter"}
+DEFAULT_URLS = {NODE_EXPORTER: "http://localhost:9100/metrics", DCGM: "http://localhost:9400/metrics"}
+TARGET_LABELS = ("job", "instance")
+
+
+class PeerError(Exception):
+    """A peer exporter did not answer, or did not answer with a Prometheus exposition."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    source: str  # sources.NODE_EXPORTER or sources.DCGM
+    url: str
+
+    @property
+    def job(self) -> str:
+        return PEER_JOB[self.source]["job"]
+
+    @property
+    def name(self) -> str:
+        return PEER_NAMES[self.source]
+
+    def describe(self) -> str:
+        return f"{self.name} at {self.url}"
+
+
+def peer(source: str, url: str) -> Peer:
+    """A peer at ``url`` (``/metrics`` added to a bare host); raises ValueError for a URL that is not http(s)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"{PEER_NAMES[source]} URL: expected http://HOST:PORT/metrics, got {url!r}")
+    if parsed.path in ("", "/"):
+        url = url.rstrip("/") + "/metrics"
+    return Peer(source, url)
+
+
+def peers_of(bundle: str) -> tuple[str, ...]:
+    """The peer sources ``bundle`` reads (node_exporter, dcgm-exporter), in that order."""
+    chosen = BUNDLES[bundle].sources.items()
+    return tuple(p for p in PEER_NAMES if any(SOURCES[family][source].provides(p, "") for family, source in chosen))
+
+
+def bundle_for(given: Iterable[str]) -> str:
+    """The first bundle (in ``BUNDLES``' order: ours before dcgm-exporter alone) whose peers are ``given``."""
+    given = set(given)
+    for name in BUNDLES:
+        if set(peers_of(name)) == given:
+            return name
+    names = " and ".join(PEER_NAMES[p] for p in PEER_NAMES if p in given)
+    raise ValueError(f"no rule bundle reads {names} alone; bundles and the exporters they read: " + "; ".join(
+        f"{name}: {', '.join(PEER_NAMES[p] for p in peers_of(name)) or 'bottleneck-exporter only'}"
+        for name in BUNDLES))
+
+
+def check_bundle(bundle: str, given: Iterable[str]) -> None:
+    """Refuse a bundle whose peers are not all ``given``, or a peer the bundle does not read."""
+    wanted, given = set(peers_of(bundle)), set(given)
+    for source in PEER_NAMES:
+        flag = f"--{PEER_NAMES[source].replace('_', '-')}.url"
+        if source in wanted - given:
+            raise ValueError(f"bundle {bundle} reads {PEER_NAMES[source]}: give {flag}")
+        if source in given - wanted:
+            raise ValueError(f"bundle {bundle} does not read {PEER_NAMES[source]}, yet {flag} was given; "
+                             f"pick a bundle that does (--bundle {bundle_for(given)})")
+
+
+def unjudged(catalogue: Catalogue, sources: Iterable[str]) -> list[str]:
+    """The alerts of ``catalogue`` that read a series of one of ``sources`` (peers that did not answer)."""
+    down = set(sources)
+    return sorted({rule.alert for rule in catalogue.alerts
+                   if any((family_of(s) or ("", ""))[1] in down for s in catalogue.reads.get(rule.heuristic.name, ()))})
+
+
+def scrape(target: Peer, timeout: float) -> list[Sample]:
+    """The samples ``target`` exposes, as scraped (labels untouched); raises PeerError."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(target.url, timeout=timeout) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as err:
+        raise PeerError(f"{target.describe()}: HTTP {err.code} {err.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise PeerError(f"{target.describe()}: {getattr(err, 'reason', err)}") from None
+    try:
+        return [(s.name, dict(s.labels), float(s.value))
+                for family in text_string_to_metric_families(text) for s in family.samples]
+    except (ValueError, TypeError, IndexError) as err:
+        raise PeerError(f"{target.describe()}: not a Prometheus exposition ({err})") from None
+
+
+def as_scraped(labels: Mapping[str, str], job: str, instance: str) -> dict[str, str]:
+    """``labels`` of a scraped sample with the target's ``job`` and ``instance``, as with honor_labels: false."""
+    out = {f"exported_{k}" if k in TARGET_LABELS else k: v for k, v in labels.items()}
+    return {**out, "job": job, "instance": instance}
+
+
+class Points:
+    """Samples of several scrapes over time, labelled as scraped (``as_scraped``), for the Python evaluator."""
+
+    def __init__(self, instance: str) -> None:
+        self.instance = instance
+        self._points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+
+    def add(self, at: float, job: str, samples: Iterable[tuple[str, Labels, float]], up: bool = True) -> None:
+        """One scrape of ``job`` at ``at``: its samples (none when it failed) and its ``up``."""
+        for name, labels, value in (*samples, ("up", {}, 1.0 if up else 0.0)):
+            if math.isinf(value):
+                continue
+            key = tuple(sorted({**as_scraped(dict(labels), job, self.instance), "__name__": name}.items()))
+            self._points.setdefault(key, []).append((at, value))
+
+    def store(self) -> SeriesStore:
+        store = SeriesStore()
+        for key, series in self._points.items():
+            store.add(dict(key), series)
+        return store

@@ -1,0 +1,161 @@
+"""How collectives are timed, without a GPU: NCCL's CUDA events read back only once the GPU passed them (a
+fake GPU timeline stands in for the device), the backend deciding the stopwatch, the union of overlapping
+intervals. The real collectives (gloo DDP, FSDP2, a user's DDP hook) run in tests/test_hook_collectives.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter.hook.collective import (
+    GPU,
+    HOST,
+    CollectiveClock,
+    GpuStopwatch,
+    HostStopwatch,
+    Stopwatches,
+    timed_launch,
+)
+
+
+class FakeGpu:
+    """A GPU timeline: each event recorded is stamped with ``now`` (ms, as the test sets it: where the
+    stream will be when it gets there), and the GPU has passed every event stamped at or before ``passed``.
+    Anything that would wait for the device fails the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.passed = -1.0
+        self.created = 0
+
+    def event(self) -> FakeEvent:
+        self.created += 1
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGpu) -> None:
+        self.gpu = gpu
+        self.at: float | None = None
+
+    def record(self) -> None:
+        self.at = self.gpu.now
+
+    def query(self) -> bool:
+        return self.at is not None and self.at <= self.gpu.passed
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        if not (self.query() and end.query()):
+            raise AssertionError("elapsed_time on an event the GPU has not reached: that would wait")
+        assert self.at is not None and end.at is not None
+        return end.at - self.at
+
+    def synchronize(self) -> None:
+        raise AssertionError("synchronize() called: the hook must never wait on the device")
+
+    def wait(self, stream: Any = None) -> None:
+        raise AssertionError("wait() called")
+
+
+def gpu_stopwatch(max_pending: int = 4096) -> tuple[CollectiveClock, GpuStopwatch, FakeGpu]:
+    clock, gpu = CollectiveClock(), FakeGpu()
+    clock.gpu = GpuStopwatch(clock, gpu.event, max_pending)
+    return clock, clock.gpu, gpu
+
+
+def collective(watch: GpuStopwatch, gpu: FakeGpu, start_ms: float, end_ms: float) -> None:
+    """One collective launched by the host: its input ready on the GPU at start_ms, done at end_ms."""
+    gpu.now = start_ms
+    token = watch.start()
+    gpu.now = end_ms
+    watch.stop(token)
+
+
+def test_nccl_collective_time_is_read_only_once_the_gpu_passed_it() -> None:
+    clock, watch, gpu = gpu_stopwatch()
+    collective(watch, gpu, 10.0, 30.0)  # the first start is also the reference (at 10 ms)
+    collective(watch, gpu, 40.0, 45.0)
+    # The host is ahead: nothing is read, nothing waited for.
+    assert clock.seconds() == 0.0 and watch.pending() == 2
+    gpu.passed = 30.0
+    assert clock.seconds() == pytest.approx(0.020) and watch.pending() == 1
+    gpu.passed = 45.0
+    assert clock.seconds() == pytest.approx(0.025) and watch.pending() == 0
+
+
+def test_overlapping_collectives_on_two_streams_count_once() -> None:
+    """FSDP's all-gather of the next layer runs while the reduce-scatter of the last one is in flight."""
+    clock, watch, gpu = gpu_stopwatch()
+    collective(watch, gpu, 0.0, 10.0)
+    collective(watch, gpu, 5.0, 20.0)  # overlaps the first by 5 ms
+    collective(watch, gpu, 30.0, 31.0)
+    gpu.passed = 100.0
+    assert clock.seconds() == pytest.approx(0.021)
+
+
+def test_a_collective_finishing_before_an_earlier_one_is_read_back_first() -> None:
+    """Streams do not complete in launch order: a finished pair behind an unfinished one is not held up."""
+    _, watch, gpu = gpu_stopwatch()
+    collective(watch, gpu, 0.0, 50.0)  # a long all-reduce on the NCCL stream
+    collective(watch, gpu, 1.0, 2.0)  # a short one on another stream, done long before
+    gpu.passed = 2.0
+    assert watch.harvest() == 1 and watch.pending() == 1
+    gpu.passed = 50.0
+    assert watch.harvest() == 1 and watch.pending() == 0
+
+
+def test_events_never_completing_are_given_up_not_waited_for() -> None:
+    clock, watch, gpu = gpu_stopwatch(max_pending=8)
+    for at in range(50):
+        collective(watch, gpu, float(at), at + 0.5)
+    assert clock.seconds() == 0.0
+    assert watch.pending() == 8 and watch.abandoned == 42
+
+
+def test_events_of_read_intervals_are_reused() -> None:
+    """Each collective records two events; once read back they go back to a pool (bounded), so a long job
+    does not create two CUDA events per collective forever."""
+    clock, watch, gpu = gpu_stopwatch()
+    for at in range(100):
+        collective(watch, gpu, float(at), at + 0.5)
+        gpu.passed = at + 0.5
+        clock.seconds()
+    assert clock.seconds() == pytest.approx(0.05)
+    assert gpu.created < 10
+
+
+def test_gloo_is_timed_on_the_host_nccl_on_the_gpu_others_not() -> None:
+    backends = {"g": "gloo", "n": "nccl", "m": "mpi"}
+    gpu = FakeGpu()
+    host_clock = CollectiveClock()
+    watches = Stopwatches(host_clock, backends.__getitem__, gpu.event)
+    assert isinstance(watches.for_group("g"), HostStopwatch) and host_clock.kind == HOST
+    # One clock holds one timeline: an NCCL group beside the gloo one is not timed.
+    assert watches.for_group("n") is None and watches.for_group("m") is None
+    gpu_clock = CollectiveClock()
+    watches = Stopwatches(gpu_clock, backends.__getitem__, gpu.event)
+    watch = watches.for_group("n")
+    assert isinstance(watch, GpuStopwatch) and gpu_clock.kind == GPU and gpu_clock.gpu is watch
+    assert watches.for_group("n") is watch and watches.for_group("g") is None
+
+
+def test_a_failing_stopwatch_never_reaches_training() -> None:
+    class Broken:
+        def start(self) -> Any:
+            raise RuntimeError("CUDA error: out of events")
+
+        def stop(self, token: Any) -> None:
+            raise AssertionError("not started")
+
+    assert timed_launch(Broken(), lambda: None) is None
+    with pytest.raises(ValueError, match="the collective's own"):
+        timed_launch(HostStopwatch(CollectiveClock()), lambda: (_ for _ in ()).throw(
+            ValueError("the collective's own error")))
+
+
+def test_a_completed_launch_is_timed_at_once() -> None:
+    """FSDP's default collectives are synchronous (they return None once done, on gloo)."""
+    clock = CollectiveClock()
+    timed_launch(HostStopwatch(clock), lambda: None)
+    assert len(clock.log) == 2 and clock.log[0] <= clock.log[1]
