@@ -159,3 +159,44 @@ def test_a_completed_launch_is_timed_at_once() -> None:
     clock = CollectiveClock()
     timed_launch(HostStopwatch(clock), lambda: None)
     assert len(clock.log) == 2 and clock.log[0] <= clock.log[1]
+
+
+def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() -> None:
+    """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
+    bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.hook.session import Session
+    from exporter.push.receiver import PushReceiver
+    from exporter.push.schema import encode, validate
+    from exporter.push.store import JobStore
+
+    clock, watch, gpu = gpu_stopwatch(max_pending=8)
+    for at in range(20):
+        collective(watch, gpu, float(at), at + 0.5)
+    session = Session(address="off", job="nccl-behind")
+    session.collectives = clock
+    sent = validate(encode(session.payload()))
+    session.close()
+    assert sent.collective_dropped_timings == 12 and sent.collective_seconds == 0.0
+
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    receiver.store.accept(sent)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(receiver)
+    labels = {"training_job": "nccl-behind", "rank": "0"}
+    assert registry.get_sample_value("bottleneck_train_collective_timings_dropped_total", labels) == 12
+
+
+def test_host_timed_collectives_send_no_dropped_count() -> None:
+    """gloo's host stopwatch never gives anything up: its datagram has no such field (and no series)."""
+    from exporter.hook.session import Session
+    from exporter.push.schema import encode, validate
+
+    clock = CollectiveClock()
+    HostStopwatch(clock).stop(HostStopwatch(clock).start())
+    session = Session(address="off", job="gloo")
+    session.collectives = clock
+    sent = validate(encode(session.payload()))
+    session.close()
+    assert sent.collective_dropped_timings is None and sent.collective_seconds is not None

@@ -104,8 +104,8 @@ class GpuStopwatch:
     its input is ready there); ``stop`` records one on the stream that consumes the result, after the launch
     (FSDP's current stream, which NCCL makes wait for the collective; inside a DDP future's callback, a
     stream that waits for it). Intervals become seconds from a reference event (the first one recorded), so
-    overlapping collectives on different streams fold into one timeline. ``harvest`` (at each fold, on the
-    sender thread) reads back the pairs the GPU has passed, in any order; ``max_pending`` bounds memory when
+    overlapping collectives on different streams fold into one timeline. ``harvest`` (when a datagram is built,
+    at a step end) reads back the pairs the GPU has passed, in any order; ``max_pending`` bounds memory when
     the GPU is far behind or an event never completes: the oldest pair is then given up, counted in
     ``abandoned``, never waited for.
     """

@@ -386,8 +386,9 @@ class Session:
         wall = time.time() - (now - last if last is not None else 0.0)
         phases = {name: totals.phase_seconds[index] for index, name in enumerate(PHASE_NAMES)}
         phases["step"] = totals.step_seconds
-        if self.collectives is not None:
-            phases["collective"] = self.collectives.seconds()
+        collectives = self.collectives
+        if collectives is not None:
+            phases["collective"] = collectives.seconds()
         ident = self.identity
         body: dict[str, Any] = {
             "v": VERSION, "job": ident.job, "rank": ident.rank, "local_rank": ident.local_rank,
@@ -399,6 +400,8 @@ class Session:
             body["kubernetes"] = ident.kubernetes
         if self.skips_counted:
             body["skipped_steps"] = totals.skipped_steps
+        if collectives is not None and collectives.gpu is not None:
+            body["collective_dropped_timings"] = collectives.gpu.abandoned
         if self.loader is not None:
             loader = dict(self.loader)
             pids = self.worker_pids

@@ -76,6 +76,9 @@ class _RankFamilies:
                                  "(CUDA events).")
         self.gpu_dropped = _counter("bottleneck_train_gpu_timings_dropped_total",
                                     "Steps whose GPU timings the hook gave up before their CUDA events completed.")
+        self.collective_dropped = _counter(
+            "bottleneck_train_collective_timings_dropped_total",
+            "NCCL collectives whose GPU timings the hook gave up before their CUDA events completed.")
         self.memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
                        for key, (short, text) in _MEMORY_NAMES.items()}
         self.loader = {
@@ -113,6 +116,8 @@ class _RankFamilies:
         self.steps.add_metric(jr, snap.steps)
         if snap.skipped_steps is not None:
             self.skipped.add_metric(jr, snap.skipped_steps)
+        if snap.collective_dropped_timings is not None:
+            self.collective_dropped.add_metric(jr, snap.collective_dropped_timings)
         self.samples.add_metric(jr, snap.samples)
         cumulative, buckets = 0, []
         for bound, count in zip((*STEP_BUCKETS, float("inf")), snap.step_buckets, strict=True):
@@ -144,8 +149,8 @@ class _RankFamilies:
 
     def all(self) -> tuple[Metric, ...]:
         return (self.phase, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase, self.gpu_busy,
-                self.gpu_idle, self.gpu_dropped, *self.memory.values(), *self.loader.values(), self.info,
-                self.last_step, self.dropped)
+                self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
+                *self.loader.values(), self.info, self.last_step, self.dropped)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

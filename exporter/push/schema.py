@@ -112,6 +112,7 @@ class Snapshot:
     kubernetes: KubernetesIdentity | None = None
     collective_seconds: float | None = None  # phase_seconds.collective, when sent
     skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
+    collective_dropped_timings: int | None = None  # NCCL collectives whose CUDA events were given up, when sent
 
 
 def sanitize_job(name: str) -> str:
@@ -151,7 +152,7 @@ def validate(data: bytes) -> Snapshot:
         raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
     _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
                          "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
-          optional={"loader", "gpu", "kubernetes", "skipped_steps"}, where="")
+          optional={"loader", "gpu", "kubernetes", "skipped_steps", "collective_dropped_timings"}, where="")
     phases = _mapping(obj, "phase_seconds", HOST_PHASES, optional=(COLLECTIVE,))
     buckets = obj["step_buckets"]
     if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
@@ -175,6 +176,8 @@ def validate(data: bytes) -> Snapshot:
         kubernetes=_kubernetes(obj["kubernetes"]) if obj.get("kubernetes") is not None else None,
         collective_seconds=_number(phases, COLLECTIVE, "phase_seconds.") if COLLECTIVE in phases else None,
         skipped_steps=_int(obj, "skipped_steps", 0, 1 << 62) if "skipped_steps" in obj else None,
+        collective_dropped_timings=_int(obj, "collective_dropped_timings", 0, 1 << 62)
+        if "collective_dropped_timings" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
