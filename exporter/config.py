@@ -158,6 +158,19 @@ def check_keys(section: Mapping[str, Any], known: Iterable[str], where: str, wha
                               f"{did_you_mean(str(key), known)}")
 
 
+def section_values(file_config: Mapping[str, Any], name: str, options: Sequence[Option], args: argparse.Namespace,
+                   source: str = "") -> tuple[dict[str, Any], set[str]]:
+    """``option_values`` for a part whose options are ``--<name>.<option>`` on the command line and the
+    mapping ``<name>:`` in the config file (``source``); a section that is not a mapping, or holds an unknown
+    key, raises ConfigError naming it."""
+    where = f"{source}: {name}" if source else name
+    section = file_config.get(name) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: must be a mapping of setting to value")
+    check_keys(section, (option.name for option in options), where)
+    return option_values(options, section, where, args, name, name)
+
+
 def option_values(options: Sequence[Option], section: Mapping[str, Any], where: str, args: argparse.Namespace,
                   flag_prefix: str, dest_prefix: str) -> tuple[dict[str, Any], set[str]]:
     """Each option's parsed value, by one precedence: registered default < ``section`` (the config file's

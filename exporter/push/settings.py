@@ -24,7 +24,7 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from exporter.collectors.base import Option, parse_bool, parse_positive_int
-from exporter.config import ConfigError, add_option_flags, check_keys, option_values
+from exporter.config import ConfigError, add_option_flags, section_values
 from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
 from exporter.training.registry import TrainingRegistry
 
@@ -41,12 +41,7 @@ def add_arguments(parser: argparse._ActionsContainer) -> None:
 
 def settings(args: argparse.Namespace, file_config: dict[str, Any], source: str = "") -> dict[str, Any]:
     """Parsed settings {key: value}; raises ConfigError naming the flag, or the file (``source``) and key."""
-    at = f"{source}: " if source else ""
-    section = file_config.get("push") or {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{at}push: must be a mapping of setting to value")
-    check_keys(section, (option.name for option in OPTIONS), f"{at}push")
-    parsed, given = option_values(OPTIONS, section, f"{at}push", args, "push", "push")
+    parsed, given = section_values(file_config, "push", OPTIONS, args, source)
     parsed["socket_given"] = "socket" in given
     if parsed["listen-udp"] is not None and not parsed["allow-non-loopback"]:
         host = parsed["listen-udp"][0]

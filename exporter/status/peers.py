@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Option
 from exporter.collectors.coexistence import PRESETS
-from exporter.config import add_option_flags, check_keys, option_values
+from exporter.config import add_option_flags, section_values
 from exporter.heuristics.sources import DCGM, DEFAULT_BUNDLE, NODE_EXPORTER
 from exporter.peers import DEFAULT_URLS, PEER_NAMES, Peer, PeerError, peer, peers_of, scrape
 from exporter.status.recorder import Recorder
@@ -52,14 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace, file_config: dict[str, Any], source: str = "") -> tuple[str, list[Peer]]:
     """(the bundle the page evaluates, the peers it reads); raises ConfigError naming the flag or the key."""
-    from exporter.config import ConfigError
-
-    at = f"{source}: " if source else ""
-    section = file_config.get("status") or {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{at}status: must be a mapping of setting to value")
-    check_keys(section, (option.name for option in OPTIONS), f"{at}status")
-    values, _ = option_values(OPTIONS, section, f"{at}status", args, "status", "status")
+    values, _ = section_values(file_config, "status", OPTIONS, args, source)
     preset = getattr(args, "preset", None)
     bundle = PRESETS[preset].bundle if preset else DEFAULT_BUNDLE
     return bundle, [values[OPTION_OF[name]] for name in peers_of(bundle) if values[OPTION_OF[name]] is not None]
