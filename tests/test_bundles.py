@@ -192,11 +192,11 @@ def test_an_unknown_bundle_is_an_error_naming_the_known_ones() -> None:
         resolve(bundle="dcgm")
 
 
-def test_diagnose_refuses_a_bundle_it_does_not_know_naming_those_it_does() -> None:
+def test_diagnose_refuses_a_bundle_it_does_not_know_naming_those_it_does(capsys: pytest.CaptureFixture[str]) -> None:
     """(A known bundle whose exporters were not given: tests/test_peers.py.)"""
-    err = io.StringIO()
-    assert diagnose.main(["--bundle", "nvidia"], stderr=err) == diagnose.EXIT_USAGE
-    assert "invalid choice: 'nvidia'" in err.getvalue() and "'node-exporter-dcgm-only'" in err.getvalue()
+    assert diagnose.main(["--bundle", "nvidia"], stderr=io.StringIO()) == diagnose.EXIT_USAGE
+    err = capsys.readouterr().err  # argparse's own message
+    assert "invalid choice: 'nvidia'" in err and "'node-exporter-dcgm-only'" in err
 
 
 @pytest.mark.parametrize(("overlay", "bundle"), [("beside-node-exporter-and-dcgm", "node-exporter-dcgm"),
