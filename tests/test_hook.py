@@ -23,7 +23,7 @@ from exporter.hook import instrument
 from exporter.hook.session import Session
 from exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
 from exporter.hook.transport import Transport
-from exporter.push.schema import encode, validate
+from exporter.push.schema import Snapshot, encode, validate
 
 pytestmark = pytest.mark.torch
 
@@ -430,14 +430,23 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     assert "forward" not in model.__dict__
 
 
-def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted():
-    """A GPU far behind (events that never complete within the run): the steps given up are counted, carried
-    in the datagram and exported as bottleneck_train_gpu_timings_dropped_total."""
+def exported(sent: Snapshot, name: str) -> float | None:
+    """The value of series ``name`` that the exporter's push receiver exports for the datagram ``sent``."""
     from prometheus_client import CollectorRegistry
 
     from exporter.push.receiver import PushReceiver
     from exporter.push.store import JobStore
 
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    receiver.store.accept(sent)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(receiver)
+    return registry.get_sample_value(name, {"training_job": sent.job, "rank": str(sent.rank)})
+
+
+def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted():
+    """A GPU far behind (events that never complete within the run): the steps given up are counted, carried
+    in the datagram and exported as bottleneck_train_gpu_timings_dropped_total."""
     session = Session(address="off", job="gpu-behind", gpu_event_factory=lambda: FakeCudaEvent(lag=10**9))
     assert session.gpu is not None
     session.gpu.max_pending = 8
@@ -449,13 +458,8 @@ def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted
     session.close()  # the pending ones are given up at the end: all 36 dropped
     assert session.gpu.abandoned_steps == 36
 
-    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
-    receiver.store.accept(sent)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(receiver)
-    labels = {"training_job": "gpu-behind", "rank": "0"}
-    assert registry.get_sample_value("bottleneck_train_gpu_timings_dropped_total", labels) == 28
-    assert registry.get_sample_value("bottleneck_train_gpu_busy_seconds_total", labels) == 0
+    assert exported(sent, "bottleneck_train_gpu_timings_dropped_total") == 28
+    assert exported(sent, "bottleneck_train_gpu_busy_seconds_total") == 0
 
 
 def test_new_datagram_fields_are_checked_like_the_rest():

@@ -164,12 +164,9 @@ def test_a_completed_launch_is_timed_at_once() -> None:
 def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() -> None:
     """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
-    from prometheus_client import CollectorRegistry
-
     from exporter.hook.session import Session
-    from exporter.push.receiver import PushReceiver
     from exporter.push.schema import encode, validate
-    from exporter.push.store import JobStore
+    from tests.test_hook import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
     for at in range(20):
@@ -180,12 +177,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
     session.close()
     assert sent.collective_dropped_timings == 12 and sent.collective_seconds == 0.0
 
-    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
-    receiver.store.accept(sent)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(receiver)
-    labels = {"training_job": "nccl-behind", "rank": "0"}
-    assert registry.get_sample_value("bottleneck_train_collective_timings_dropped_total", labels) == 12
+    assert exported(sent, "bottleneck_train_collective_timings_dropped_total") == 12
 
 
 def test_host_timed_collectives_send_no_dropped_count() -> None:

@@ -47,6 +47,15 @@ def _visible_text(dom: str) -> str:
 
 @pytest.mark.live
 @pytest.mark.torch
+def input_bound_trainer(sock: Path, job: str, stop: Path) -> subprocess.Popen[str]:
+    """A real input-bound CPU job (num_workers=0, a slow dataset) pushing to ``sock`` until ``stop`` exists."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
+         "--stop-file", str(stop)],
+        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": job},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 @pytest.mark.golden
 def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_exporter, tmp_path: Path,
                                                                           update_golden: bool) -> None:
@@ -54,11 +63,7 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
     exporter = start_exporter([f"--push.socket={sock}", f"--collector.gpu.profile={PROFILE}",
                                "--web.status-interval=1"])
     stop = tmp_path / "stop"
-    trainer = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
-         "--stop-file", str(stop)],
-        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": "resnet-input-bound"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trainer = input_bound_trainer(sock, "resnet-input-bound", stop)
     try:
         def verdict_for_the_job() -> dict | None:
             status = requests.get(f"{exporter.url}/status.json", timeout=30).json()
@@ -204,11 +209,7 @@ def test_under_the_preset_the_page_judges_host_verdicts_from_node_exporter(start
                                "--no-collector.gpu", "--web.status-interval=1",
                                f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics"])
     stop = tmp_path / "stop"
-    trainer = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
-         "--stop-file", str(stop)],
-        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": "beside"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trainer = input_bound_trainer(sock, "beside", stop)
     try:
         def judged() -> dict | None:
             verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
