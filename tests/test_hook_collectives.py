@@ -99,12 +99,16 @@ def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: s
 def run_short_job(order: str | None, steps: int = 4, mode: str = "ddp") -> list[dict[str, Any]]:
     """Two gloo ranks of DDP with torch's fp16-compression hook registered by the user, ``order`` (before or
     after) ``instrument()``, or none (or of FSDP2); each rank's result line (see tests/e2e_train.py)."""
-    port = str(free_port())
     hook = ["--comm-hook", "fp16", "--hook-order", order] if order else []
+    return run_two_ranks([str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook])
+
+
+def run_two_ranks(script: list[str]) -> list[dict[str, Any]]:
+    """``script`` run as the two ranks of a gloo job on this machine, to the end; each rank's result line."""
+    port = str(free_port())
     ranks = [subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+        [sys.executable, *script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "NODE_RANK": "0", "WORLD_SIZE": "2",
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo",
              "BOTTLENECK_PUSH_ADDRESS": "off", "PYTHONPATH": str(ROOT)}) for rank in range(2)]
     outputs = []
@@ -128,6 +132,15 @@ def test_users_comm_hook_registered_after_instrument_runs_and_is_timed() -> None
     # The user's hook did its work (every gradient went through float16), and the hook timed it.
     assert all(r["fp16_gradients"] for r in results), results
     assert all(isinstance(r["collective_seconds"], float) and r["collective_seconds"] > 0 for r in results)
+
+
+def test_lightning_ddp_all_reduce_is_timed() -> None:
+    """Lightning's DDP strategy wraps the LightningModule the callback is handed: the callback finds the
+    all-reduce on the strategy's wrapper (trainer.model)."""
+    results = run_two_ranks([str(ROOT / "tests" / "lightning_ddp_train.py")])
+    assert sorted(r["rank"] for r in results) == [0, 1], results
+    assert all(r["steps"] == 4 for r in results), results
+    assert all(isinstance(r["collective_seconds"], float) and r["collective_seconds"] > 0 for r in results), results
 
 
 def test_users_comm_hook_registered_before_instrument_still_runs_untimed() -> None:

@@ -68,7 +68,15 @@ class _BottleneckCallbackLogic:
                 self.session = Session(**self._options)
             except Exception:
                 return
-        self._guard("on_train_start", lambda s: s.check_device(pl_module))
+        def start(session: Session) -> None:
+            session.check_device(pl_module)
+            # The strategy's wrapper (DDP's DistributedDataParallel around the LightningModule) holds the
+            # gradient all-reduce: pl_module is the module inside it, which has no collectives of its own.
+            wrapped = getattr(trainer, "model", None)
+            if wrapped is not None and wrapped is not pl_module:
+                session.time_collectives(wrapped)
+
+        self._guard("on_train_start", start)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         def start(session: Session) -> None:
