@@ -18,7 +18,9 @@ those exporters themselves, and every sample must look as it would in Prometheus
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import math
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -104,17 +106,35 @@ def unjudged(catalogue: Catalogue, sources: Iterable[str]) -> list[str]:
                    if any((family_of(s) or ("", ""))[1] in down for s in catalogue.reads.get(rule.heuristic.name, ()))})
 
 
+MAX_BODY = 32 << 20  # bytes: node_exporter's scrape is ~0.1 MB, dcgm-exporter's a few; more is not one
+
+
+def _read(url: str, timeout: float) -> bytes:
+    """The body at ``url``, within ``timeout`` seconds in all (urlopen's timeout bounds each socket operation
+    only: a peer trickling bytes would hold the reader for ever) and at most MAX_BODY bytes."""
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        while chunk := response.read1(1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise ValueError(f"more than {MAX_BODY >> 20} MiB")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"body not read within {timeout:g}s")
+    return b"".join(chunks)
+
+
 def scrape(target: Peer, timeout: float) -> list[Sample]:
     """The samples ``target`` exposes, as scraped (labels untouched); raises PeerError."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        with urllib.request.urlopen(target.url, timeout=timeout) as response:
-            text = response.read().decode("utf-8", errors="replace")
+        text = _read(target.url, timeout).decode("utf-8", errors="replace")
     except urllib.error.HTTPError as err:
         raise PeerError(f"{target.describe()}: HTTP {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        raise PeerError(f"{target.describe()}: {getattr(err, 'reason', err)}") from None
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
+        raise PeerError(f"{target.describe()}: {getattr(err, 'reason', err) or type(err).__name__}") from None
     try:
         return [(s.name, dict(s.labels), float(s.value))
                 for family in text_string_to_metric_families(text) for s in family.samples]

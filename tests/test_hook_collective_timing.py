@@ -192,3 +192,51 @@ def test_host_timed_collectives_send_no_dropped_count() -> None:
     sent = validate(encode(session.payload()))
     session.close()
     assert sent.collective_dropped_timings is None and sent.collective_seconds is not None
+
+
+def test_a_clock_nobody_reads_stays_bounded() -> None:
+    """No datagram folds it (address off, or a closed session whose DDP hook stays registered): recording
+    folds the log itself, and nothing is lost."""
+    from exporter.hook.collective import LOG_LIMIT
+
+    clock = CollectiveClock()
+    watch = HostStopwatch(clock)
+    for _ in range(3 * LOG_LIMIT):
+        watch.stop(watch.start())
+    assert len(clock.log) < LOG_LIMIT
+    assert clock.seconds() > 0
+
+
+def test_a_backend_that_cannot_be_told_leaves_the_collective_untimed_not_failed() -> None:
+    def broken(group: Any) -> str:
+        raise RuntimeError("Default process group has not been initialized")
+
+    watches = Stopwatches(CollectiveClock(), broken)
+    assert watches.for_group(object()) is None  # inside FSDP's or DDP's launch: nothing raised
+    assert timed_launch(watches.for_group(object()), lambda: None) is None
+
+
+def test_a_ddp_model_instrumented_again_times_into_the_new_sessions_clock(tmp_path: Any) -> None:
+    """A second session on the same DDP model (after close(), a second Lightning fit): DDP keeps the comm
+    hook registered by the first, which must now time into the new session's clock, not the closed one's."""
+    import torch
+    import torch.distributed as dist
+
+    from exporter.hook import instrument
+    from exporter.hook.session import Session
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        batches = [(torch.randn(4, 8), torch.randn(4, 1))] * 3
+        for job in ("first", "second"):
+            session = Session(address="off", job=job)
+            for x, y in instrument(batches, model=model, optimizer=optimizer, session=session):
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            assert session.collectives is not None and session.collectives.seconds() > 0, job
+            session.close()
+    finally:
+        dist.destroy_process_group()

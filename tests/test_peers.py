@@ -102,3 +102,46 @@ def test_a_bad_status_url_names_the_flag_or_the_key() -> None:
                                             "--status.node-exporter-url=localhost:9100"]), {})
     with pytest.raises(ConfigError, match=r"exporter\.yml: status\.node-exporter-ur: unknown setting"):
         status_peers.settings(_status_args([]), {"status": {"node-exporter-ur": "x"}}, "exporter.yml")
+
+
+class _Peer(http.server.BaseHTTPRequestHandler):
+    """A broken peer: ``mode`` "trickle" sends a valid header, then one byte of body every 0.2 s for ever;
+    "garbage" answers something that is not HTTP at all."""
+
+    mode = "trickle"
+
+    def do_GET(self) -> None:
+        if self.mode == "garbage":
+            self.wfile.write(b"\x00\x01 not http\r\n\r\n")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        try:
+            for _ in range(300):
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                threading.Event().wait(0.2)
+        except OSError:
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["trickle", "garbage"])
+def test_a_peer_that_trickles_or_answers_garbage_is_a_peer_error_within_the_timeout(mode: str) -> None:
+    """urlopen's timeout bounds each socket read only, and a reply that is not HTTP raises an HTTPException
+    (not an OSError): both become a PeerError, the trickle within the timeout, not after the whole body."""
+    handler = type("Handler", (_Peer,), {"mode": mode})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    target = peers.peer(NODE_EXPORTER, f"http://127.0.0.1:{server.server_address[1]}/metrics")
+    try:
+        with pytest.raises(peers.PeerError) as err:
+            peers.scrape(target, timeout=1.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ("within 1s" if mode == "trickle" else "node_exporter") in str(err.value)

@@ -23,6 +23,7 @@ Imports torch only inside ``attach``, which runs once a model is seen.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import sys
 import threading
@@ -35,6 +36,7 @@ from exporter.hook.timing import CudaEventLike
 log = logging.getLogger("exporter.hook")
 
 HOST, GPU = "host", "gpu"
+LOG_LIMIT = 1 << 12  # entries of CollectiveClock.log past which recording folds it (2048 collectives)
 
 
 class CollectiveClock:
@@ -54,11 +56,18 @@ class CollectiveClock:
         log = self.log
         log.append(start)
         log.append(end)
+        if len(log) >= LOG_LIMIT:
+            # No datagram reads it (the hook's address is off, or the session closed while DDP keeps our
+            # comm hook): fold here, so memory stays bounded.
+            self._fold()
 
     def seconds(self) -> float:
         """Fold what completed so far; returns the cumulative time with a collective in flight."""
         if self.gpu is not None:
             self.gpu.harvest()
+        return self._fold()
+
+    def _fold(self) -> float:
         with self._folding:
             log = self.log
             count = len(log) & ~1
@@ -138,9 +147,11 @@ class GpuStopwatch:
         pending = self._pending
         pending.append((token, self._event()))
         if len(pending) > self.max_pending:
-            # Not pooled: its events may still be in flight.
-            pending.popleft()
-            self.abandoned += 1
+            # Not pooled: its events may still be in flight. A harvest on another thread may have emptied
+            # the queue meanwhile.
+            with contextlib.suppress(IndexError):
+                pending.popleft()
+                self.abandoned += 1
 
     def harvest(self) -> int:
         """Read back every pair the GPU has passed into the clock; returns how many."""
@@ -175,7 +186,7 @@ class GpuStopwatch:
 class Stopwatches:
     """The stopwatch for each process group, by its backend: gloo on the host, NCCL on the GPU, anything
     else not timed. One clock holds one timeline, so a second kind (a gloo group beside NCCL ones) is not
-    timed either; each refusal is logged once."""
+    timed either; each refusal is logged (once per attach: at instrument() and again at the first forward)."""
 
     def __init__(self, clock: CollectiveClock, backend_of: Callable[[Any], str],
                  gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> None:
@@ -188,8 +199,11 @@ class Stopwatches:
         known = self._by_group.get(id(group))
         if known is not None and known[0] is group:
             return known[1]
-        backend = self._backend_of(group)
-        watch = self._stopwatch(backend)
+        try:
+            watch = self._stopwatch(self._backend_of(group))
+        except Exception:  # inside FSDP's or DDP's collective launch: never into training
+            timing_failed()
+            return None
         # The group is kept alive with its entry, so its id is never reused for another group.
         self._by_group[id(group)] = (group, watch)
         return watch

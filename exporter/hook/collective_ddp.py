@@ -72,7 +72,9 @@ def attach(watches: Stopwatches, model: Any) -> bool:
     parallel = sys.modules.get("torch.nn.parallel")
     if parallel is None or not isinstance(model, parallel.DistributedDataParallel):
         return False
-    if _ATTACHED in vars(model):
+    attached = vars(model).get(_ATTACHED)
+    if attached is not None:
+        attached.watches = watches  # a new session's clock (re-instrumented, a second fit)
         return True
     if getattr(model, "_comm_hooks", None):
         log.info("bottleneck hook: the DDP model's communication hook was registered before the hook saw the "

@@ -93,8 +93,9 @@ def _attach_module(watches: Stopwatches, module: Any) -> int:
         return 0  # no parameters of its own (its children's are theirs), or several groups (refused)
     group = groups[0]
     gather, scatter = group._all_gather_comm, group._reduce_scatter_comm
-    if isinstance(gather, TimedAllGather):
-        return 1  # attached already
+    if isinstance(gather, TimedAllGather) and isinstance(scatter, TimedReduceScatter):
+        gather.watches = scatter.watches = watches  # attached already: a new session's clock
+        return 1
     module.set_custom_all_gather(TimedAllGather(gather, watches))
     module.set_custom_reduce_scatter(TimedReduceScatter(scatter, watches))
     return 1

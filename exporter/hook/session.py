@@ -339,7 +339,7 @@ class Session:
 
     def check_device(self, model: Any) -> None:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
-        a CUDA device, and time the collectives of a DDP model (exporter.hook.collective)."""
+        a CUDA device, and time the collectives of a DDP or FSDP2 model (exporter.hook.collective)."""
         self.device_checked = True
         self.time_collectives(model)
         first = next(iter(model.parameters()), None)

@@ -70,8 +70,9 @@ def evaluate(snapshots: Sequence[Snapshot], instance: str, bundle: str = DEFAULT
     if len(snapshots) < MIN_SNAPSHOTS:
         return Verdicts(0.0, len(snapshots), [], [], [], bundle)
     points = Points(instance)
+    exporter_job = str(resolve().parameters["exporter_job"])  # resolving takes ~10 ms: once, not per snapshot
     for snapshot in snapshots:
-        points.add(snapshot.at, str(resolve().parameters["exporter_job"]), snapshot.samples)
+        points.add(snapshot.at, exporter_job, snapshot.samples)
     first, last = snapshots[0].at, snapshots[-1].at
     for target, recorded, _ in peers:
         for snapshot in recorded:
