@@ -430,6 +430,16 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     assert "forward" not in model.__dict__
 
 
+def received(sock: socket.socket) -> list[Snapshot]:
+    """Every datagram waiting on the non-blocking receiving socket ``sock``, validated."""
+    out = []
+    while True:
+        try:
+            out.append(validate(sock.recv(65536)))
+        except BlockingIOError:
+            return out
+
+
 def exported(sent: Snapshot, name: str) -> float | None:
     """The value of series ``name`` that the exporter's push receiver exports for the datagram ``sent``."""
     from prometheus_client import CollectorRegistry
@@ -531,23 +541,15 @@ def test_datagrams_leave_at_step_ends_once_the_interval_passed_and_a_rank_that_s
         model(batch).sum().backward()
         optimizer.step()
 
-    def received() -> list[Any]:
-        out = []
-        while True:
-            try:
-                out.append(validate(rx.recv(65536)))
-            except BlockingIOError:
-                return out
-
     step()
-    received()  # a first step slower than the interval (a loaded machine) has sent one already
+    received(rx)  # a first step slower than the interval (a loaded machine) has sent one already
     time.sleep(0.06)  # past the interval: the next step end sends, on this thread, before step() returns
     step()
-    assert [d.steps for d in received()] == [2]
+    assert [d.steps for d in received(rx)] == [2]
     time.sleep(0.2)  # no step ends: nothing is sent, however many intervals pass (a hung rank falls silent)
-    assert received() == []
+    assert received(rx) == []
     session.close()
-    assert [d.steps for d in received()] == [2]
+    assert [d.steps for d in received(rx)] == [2]
     rx.close()
 
 

@@ -23,6 +23,7 @@ from exporter.hook import instrument
 from exporter.hook.session import Session
 from exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
 from exporter.push.schema import encode, validate
+from tests.test_hook import received
 
 pytestmark = pytest.mark.torch
 
@@ -148,15 +149,6 @@ def test_iterable_dataset_batches_are_counted_from_their_shapes_and_its_wait_mea
     assert totals.phase_seconds[DATA_WAIT] >= 100 * MS
     consistent(totals)
     session.close()
-
-
-def received(sock: socket.socket) -> list[Any]:
-    out = []
-    while True:
-        try:
-            out.append(validate(sock.recv(65536)))
-        except BlockingIOError:
-            return out
 
 
 def test_persistent_workers_keep_their_pids_across_epochs_and_forked_workers_never_send(tmp_path: Path):
