@@ -29,11 +29,13 @@ node's exporter) under BOTTLENECK_JOB.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -174,5 +176,16 @@ def main() -> int:
     return 0
 
 
+def exit_without_finalizing(code: int) -> NoReturn:
+    """Run the exit handlers (the hook's last datagram among them) while the interpreter is whole, then
+    leave without finalizing it. Why: gloo's worker threads may still hold a finished collective's work,
+    whose tensors need the GIL to be released; a finalizing interpreter answers that by ending the thread
+    inside a C++ destructor: "terminate called without an active exception" (pytorch/pytorch#190489)."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())

@@ -573,3 +573,54 @@ def test_a_long_run_without_datagrams_keeps_its_step_log_short():
     assert session.clock.log and len(session.clock.log) < FOLD_ENTRIES
     assert session.clock.steps == steps
     session.close()
+
+
+def test_a_model_and_optimizer_the_user_drops_are_freed_not_kept_by_the_hook():
+    """A sweep or a notebook trains one model after another in one process: once the user lets go of a
+    model, its optimizer and loader, the hook must not keep them (and their GPU memory) alive until exit."""
+    import gc
+    import weakref
+
+    def trial() -> tuple[weakref.ref[Any], weakref.ref[Any], weakref.ref[Session]]:
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = instrument(DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2), model=model,
+                            optimizer=optimizer, address="off")
+        for (batch,) in loader:
+            optimizer.zero_grad()
+            model(batch).sum().backward()
+            optimizer.step()
+        assert loader.bottleneck_session.clock.steps == 4
+        return weakref.ref(model), weakref.ref(optimizer), weakref.ref(loader.bottleneck_session)
+
+    refs = trial()
+    gc.collect()  # the forward wrapper and the model refer to each other: freed by the collector
+    assert [ref() for ref in refs] == [None, None, None]
+
+
+def test_a_session_never_closed_sends_its_last_totals_when_the_process_exits(tmp_path):
+    """No datagram is due in a 3-step run with a 60 s interval: the one at exit carries the steps."""
+    path = tmp_path / "push.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.setblocking(False)
+    script = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "from exporter.hook import instrument\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        f"loader = instrument(DataLoader(TensorDataset(torch.randn(6, 4)), batch_size=2), model=model,"
+        f" optimizer=optimizer, job='left-open', address='unix://{path}', interval=60)\n"
+        "for (batch,) in loader:\n"
+        "    optimizer.zero_grad()\n"
+        "    model(batch).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    try:
+        subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        sent = received(sock)
+    finally:
+        sock.close()
+    assert [(s.job, s.steps) for s in sent] == [("left-open", 3)]

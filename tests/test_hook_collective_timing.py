@@ -4,6 +4,8 @@ intervals. The real collectives (gloo DDP, FSDP2, a user's DDP hook) run in test
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -125,19 +127,57 @@ def test_events_of_read_intervals_are_reused() -> None:
     assert gpu.created < 10
 
 
+class Group:
+    """Stands in for a torch ProcessGroup: what Stopwatches needs of one is a weak reference."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+
+
 def test_gloo_is_timed_on_the_host_nccl_on_the_gpu_others_not() -> None:
-    backends = {"g": "gloo", "n": "nccl", "m": "mpi"}
+    g, n, m = Group("gloo"), Group("nccl"), Group("mpi")
     gpu = FakeGpu()
     host_clock = CollectiveClock()
-    watches = Stopwatches(host_clock, backends.__getitem__, gpu.event)
-    assert isinstance(watches.for_group("g"), HostStopwatch) and host_clock.kind == HOST
+    watches = Stopwatches(host_clock, lambda group: group.backend, gpu.event)
+    assert isinstance(watches.for_group(g), HostStopwatch) and host_clock.kind == HOST
+    assert watches.for_group(g) is watches.for_group(g)
     # One clock holds one timeline: an NCCL group beside the gloo one is not timed.
-    assert watches.for_group("n") is None and watches.for_group("m") is None
+    assert watches.for_group(n) is None and watches.for_group(m) is None
     gpu_clock = CollectiveClock()
-    watches = Stopwatches(gpu_clock, backends.__getitem__, gpu.event)
-    watch = watches.for_group("n")
+    watches = Stopwatches(gpu_clock, lambda group: group.backend, gpu.event)
+    watch = watches.for_group(n)
     assert isinstance(watch, GpuStopwatch) and gpu_clock.kind == GPU and gpu_clock.gpu is watch
-    assert watches.for_group("n") is watch and watches.for_group("g") is None
+    assert watches.for_group(n) is watch and watches.for_group(g) is None
+
+
+def test_a_destroyed_process_group_is_not_kept_alive_by_the_hook() -> None:
+    """After destroy_process_group() the group must go when torch lets go of it: the hook's table of
+    stopwatches holds it weakly (its gloo threads would otherwise live until interpreter exit)."""
+    looked_up: list[str] = []
+
+    def backend(group: Group) -> str:
+        looked_up.append(group.backend)
+        return group.backend
+
+    watches = Stopwatches(CollectiveClock(), backend)
+    group = Group("gloo")
+    gone = weakref.ref(group)
+    assert watches.for_group(group) is watches.for_group(group)
+    assert looked_up == ["gloo"]  # remembered while it lives
+    del group
+    gc.collect()
+    assert gone() is None
+    # A group that cannot be weakly referenced is timed all the same, its backend looked up each time.
+    names: list[str] = []
+
+    def gloo(name: str) -> str:
+        names.append(name)
+        return "gloo"
+
+    by_name = Stopwatches(CollectiveClock(), gloo)
+    assert isinstance(by_name.for_group("world"), HostStopwatch)
+    assert isinstance(by_name.for_group("world"), HostStopwatch)
+    assert names == ["world", "world"]
 
 
 def test_a_failing_stopwatch_never_reaches_training() -> None:

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
@@ -193,19 +194,20 @@ class Stopwatches:
         self.clock = clock
         self._backend_of = backend_of
         self._gpu_event_factory = gpu_event_factory
-        self._by_group: dict[int, tuple[Any, Stopwatch | None]] = {}
+        # Weak keys: the hook must not keep a process group alive after destroy_process_group() (its threads
+        # and connections would outlive it, and be torn down only at interpreter exit).
+        self._by_group: weakref.WeakKeyDictionary[Any, Stopwatch | None] = weakref.WeakKeyDictionary()
 
     def for_group(self, group: Any) -> Stopwatch | None:
-        known = self._by_group.get(id(group))
-        if known is not None and known[0] is group:
-            return known[1]
+        with contextlib.suppress(KeyError, TypeError):  # TypeError: a group with no weak references
+            return self._by_group[group]
         try:
             watch = self._stopwatch(self._backend_of(group))
         except Exception:  # inside FSDP's or DDP's collective launch: never into training
             timing_failed()
             return None
-        # The group is kept alive with its entry, so its id is never reused for another group.
-        self._by_group[id(group)] = (group, watch)
+        with contextlib.suppress(TypeError):  # not remembered: looked up again at its next collective
+            self._by_group[group] = watch
         return watch
 
     def _stopwatch(self, backend: str) -> Stopwatch | None:

@@ -65,7 +65,8 @@ FETCH_ENDS_NOTHING, FETCH_ENDS_STEP, FETCH_ENDS_STEPPED = range(3)
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 # The session already measuring a model or optimizer: instrument() called again with a re-created loader
 # (each epoch, say) must go on with it, not start a second one that hooks the same optimizer twice.
-_by_object: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+# Weak both ways: the session holds its model and optimizer, so a strong value would keep its own key alive.
+_by_object: weakref.WeakKeyDictionary[Any, weakref.ref[Session]] = weakref.WeakKeyDictionary()
 
 
 def _after_fork_in_child() -> None:
@@ -73,7 +74,16 @@ def _after_fork_in_child() -> None:
         session.forked()
 
 
+def _close_all() -> None:
+    """At exit: the final datagram of every session still alive. One handler for all of them, holding none:
+    an atexit entry per session (its bound ``close``) would keep each session, and so its model and
+    optimizer (GPU memory included), alive until the process ends: a leak for every trial of a sweep."""
+    for session in list(_sessions):
+        session.close()
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all)
 
 
 def _interval(given: float | None) -> float:
@@ -180,14 +190,14 @@ class Session:
         # perf_counter() time from which the next step end sends a datagram (never, with no address).
         self.due = perf_counter() + self.interval if self.transport.enabled else float("inf")
         _sessions.add(self)
-        atexit.register(self.close)
 
     @classmethod
     def of(cls, *objects: Any) -> Session | None:
         """The active session already measuring one of ``objects`` (models, optimizers), if any."""
         for obj in objects:
             with contextlib.suppress(TypeError):
-                session = _by_object.get(obj)
+                known = _by_object.get(obj)
+                session = known() if known is not None else None
                 if session is not None and session.active:
                     return session
         return None
@@ -287,7 +297,7 @@ class Session:
         # Now, before any training: a DDP hook the user registers from here on is timed, not refused.
         self.time_collectives(model)
         with contextlib.suppress(TypeError):
-            _by_object[model] = self
+            _by_object[model] = weakref.ref(self)
 
     def attach_optimizer(self, optimizer: Any) -> bool:
         """Hook ``optimizer.step``; with several optimizers, a step ends at the next fetch (FETCH_ENDS_*)."""
@@ -303,7 +313,7 @@ class Session:
             entry[2] = entry[0].register_step_post_hook(self._optimizer_post if several else self.end_step)
         self.end_at_fetch = FETCH_ENDS_STEPPED if several else FETCH_ENDS_NOTHING
         with contextlib.suppress(TypeError):
-            _by_object[optimizer] = self
+            _by_object[optimizer] = weakref.ref(self)
         return True
 
     def attach_scaler(self, scaler: Any) -> None:
@@ -465,7 +475,7 @@ class Session:
             self.failed("sending a datagram")
 
     def close(self) -> None:
-        """Final datagram and cleanup; safe to call twice, registered with atexit."""
+        """Final datagram and cleanup; safe to call twice, called at exit (_close_all)."""
         was_active = self.active
         self.active = False
         if was_active and self.clock.steps:
@@ -476,7 +486,6 @@ class Session:
             self._send()
         self._remove_hooks()
         self.transport.close()
-        atexit.unregister(self.close)
 
     def forked(self) -> None:
         """In a forked child (a DataLoader worker): the session is the parent's; here it measures nothing,
