@@ -1,22 +1,27 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
-    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--without model] [--without optimizer]
+    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
 ``exporter.hook.instrument`` and sends its datagrams (once a second, as by default) to a live Unix socket,
-as with a running exporter. Printed:
+as with a running exporter. The pairs are spread over ``--rounds`` fresh pairs of setups, built in
+alternating order: one setup runs a few us a step faster than its twin for reasons of its own (where its
+tensors landed in memory), which a single pair would read as the hook's cost. Printed:
 
 - the median step time of each, and the median of the per-pair differences: the added cost of a typical
-  step, which holds no fold and no datagram;
-- the datagrams (fold + payload + JSON + sendto, inline at a step end): how long each took on the training
+  step, which holds no fold and no datagram; and that median per pair of setups, whose spread is that
+  setup-to-setup difference;
+- the datagrams (fold + payload + JSON + send, inline at a step end): how long each took on the training
   thread, timed around the call;
 - the training-thread time lost per datagram: how much longer than the median pair the pair that held it
   took (what the datagram cost the step, cache misses and all, not only its own code);
 - a datagram sent right after a step against one sent straight after it (cold caches against warm);
+- what this machine charges code and memory left alone for one datagram interval: a tiny JSON dump, and a
+  write to each of 64 pages, against the same at once again;
 - the folds between datagrams (every ``FOLD_ENTRIES`` log entries, at a step end) and their cost per step;
 - the mean of the per-pair differences (everything included: marks, folds and datagrams);
-- the same median for two *unhooked* setups, which shows this machine's noise floor;
+- the same median for *unhooked* pairs of setups, which shows this machine's noise floor;
 - the hook's bookkeeping alone (its entry points in a loop with nothing else, warm caches): the floor of
   what it can add.
 
@@ -233,9 +238,84 @@ def cold_code_penalty(setup: Setup, interval: float, probes: int = 5) -> tuple[f
     return statistics.median(cold), statistics.median(warm)
 
 
+def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: int = 5) -> tuple[float, float]:
+    """Median seconds per page to write one byte in each of ``pages`` pages of memory left untouched for
+    ``interval`` of unhooked training steps (as a datagram's code and data are between datagrams), and to write
+    them again at once. The 2-vCPU VMs this project is built on are Firecracker guests whose memory the
+    hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's command line): there a page left alone
+    for a second costs tens of us on its next touch, against a tenth of a us at once again. Any code that runs
+    once a second pays that for every page of code and data it touches, the datagram included."""
+    memory = bytearray(pages * 4096 * probes)
+    for at in range(0, len(memory), 4096):
+        memory[at] = 1  # every page mapped before the probes
+
+    def touch(probe: int) -> float:
+        start = time.perf_counter()
+        for at in range(probe * pages * 4096, (probe + 1) * pages * 4096, 4096):
+            memory[at] += 1
+        return (time.perf_counter() - start) / pages
+
+    cold, warm = [], []
+    for probe in range(probes):
+        until = time.perf_counter() + interval
+        while time.perf_counter() < until:
+            setup.step()
+        cold.append(touch(probe))
+        warm.append(touch(probe))
+    return statistics.median(cold), statistics.median(warm)
+
+
+class Rounds:
+    """``rounds`` fresh pairs of setups (a plain one and ``make()``), built in alternating order, each paired
+    for ``pairs // rounds`` steps. Why fresh pairs: a setup's own speed (where its tensors and objects landed
+    in memory) differs from its twin's by a few us a step, which one pair would read as the hook's cost (the
+    noise floor line shows it); over rounds it averages out."""
+
+    def __init__(self, make: Callable[[], Setup], pairs: int, rounds: int, drain: socket.socket) -> None:
+        self.differences: list[float] = []
+        self.first_times: list[float] = []
+        self.second_times: list[float] = []
+        self.medians: list[float] = []  # per round
+        self.datagrams: list[tuple[float, float]] = []
+        self.folds: list[float] = []
+        self.lost: list[float] = []
+        self.last: Setup | None = None
+        for index in range(rounds):
+            first, second = (Setup(None), make()) if index % 2 == 0 else reversed((make(), Setup(None)))
+            for setup in (first, second):  # warm-up
+                for _ in range(200):
+                    setup.step()
+            session = getattr(second.loader, "bottleneck_session", None)
+            ticks = TimedTicks(session) if session is not None else None
+            measured = Pairs(first, second, pairs // rounds, drain)
+            self.differences += measured.differences
+            self.first_times += measured.first_times
+            self.second_times += measured.second_times
+            self.medians.append(measured.added)
+            if ticks is not None:
+                self.datagrams += ticks.datagrams
+                self.folds += ticks.folds
+                self.lost += measured.lost_to(ticks.datagrams)
+            if self.last is not None:
+                _close(self.last)
+            self.last = second
+
+    @property
+    def added(self) -> float:
+        return statistics.median(self.differences)
+
+
+def _close(setup: Setup) -> None:
+    session = getattr(setup.loader, "bottleneck_session", None)
+    if session is not None:
+        session.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=6000, help="step pairs per comparison (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="fresh pairs of setups the pairs are spread over (default: %(default)s)")
     parser.add_argument("--without", action="append", choices=("model", "optimizer"), default=[],
                         help="instrument the hooked setup without this part (repeatable)")
     args = parser.parse_args()
@@ -246,40 +326,42 @@ def main() -> None:
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         receiver.bind(path)
         receiver.setblocking(False)
-        plain, hooked, control = Setup(None), Setup(f"unix://{path}", tuple(args.without)), Setup(None)
-        for setup in (plain, hooked, control):  # warm-up
-            for _ in range(200):
-                setup.step()
+        measured = Rounds(lambda: Setup(f"unix://{path}", tuple(args.without)), args.pairs, args.rounds, receiver)
+        hooked = measured.last
+        assert hooked is not None
         session = hooked.loader.bottleneck_session
-        ticks = TimedTicks(session)
-        measured = Pairs(plain, hooked, args.pairs, receiver)
-        datagrams, folds = list(ticks.datagrams), list(ticks.folds)  # those of the pairs only
+        interval = session.interval
         cold, warm = back_to_back(hooked, session, receiver)
-        session.close()
-        noise = Pairs(plain, control, args.pairs, receiver).added
-        penalty = cold_code_penalty(plain, session.interval)
+        _close(hooked)
+        noise = Rounds(lambda: Setup(None), args.pairs, args.rounds, receiver).added
+        plain = Setup(None)
+        penalty = cold_code_penalty(plain, interval)
+        pages = page_touch_penalty(plain, interval)
         receiver.close()
     floor = bookkeeping_only(50000)
+    datagrams, folds = measured.datagrams, measured.folds
 
-    print(f"torch {torch.__version__}, {args.pairs} step pairs, 1 torch thread, load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+    print(f"torch {torch.__version__}, {args.pairs} step pairs over {args.rounds} pairs of setups, 1 torch thread, "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
           + "".join(f", hook without the {part}" for part in args.without))
     base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
     print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")
     print(f"added per step (median of pairs): {added * 1e6:.1f} us")
-    print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step")
+    print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step; per pair of setups: "
+          + ", ".join(f"{median * 1e6:.1f}" for median in measured.medians) + " us")
     sent = [end - start for start, end in datagrams]
     print(f"datagrams (fold + encode + send): {len(sent)}, "
           f"{statistics.median(sent) * 1e6 if sent else 0.0:.1f} us each")
     if sent:
-        lost = measured.lost_to(datagrams)
-        print(f"  training-thread time lost per datagram: {statistics.median(lost) * 1e6:.1f} us "
+        print(f"  training-thread time lost per datagram: {statistics.median(measured.lost) * 1e6:.1f} us "
               f"(median; the pair that held it against the median pair), longest datagram {max(sent) * 1e6:.1f} us")
     print(f"  a datagram right after a step: {cold * 1e6:.0f} us; straight after that one: {warm * 1e6:.0f} us "
-          f"(medians; payload + JSON + sendto, no fold)")
+          f"(medians; payload + JSON + send, no fold)")
     print(f"  this machine's cold-code penalty: a JSON dump of 3 keys once per datagram interval between unhooked "
           f"steps: {penalty[0] * 1e6:.0f} us; at once again: {penalty[1] * 1e6:.1f} us (medians)")
+    print(f"  this machine's page-touch penalty: a page of memory untouched for one datagram interval: "
+          f"{pages[0] * 1e6:.2f} us to touch; at once again: {pages[1] * 1e6:.2f} us (medians of 64 pages)")
     if folds:
         print(f"  folds between datagrams: {len(folds)}, {statistics.median(folds) * 1e6:.1f} us each (median), "
               f"{sum(folds) / args.pairs * 1e6:.2f} us per step")

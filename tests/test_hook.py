@@ -501,10 +501,10 @@ def test_errors_sending_from_the_optimizer_hook_switch_the_hook_off_without_rais
     until close: removing one there would raise "dictionary changed size during iteration" into training."""
     session = Session(address=f"unix://{tmp_path}/nobody.sock", interval=0.05)
 
-    def broken() -> dict[str, Any]:
-        raise RuntimeError("a payload bug")
+    def broken() -> bytes:
+        raise RuntimeError("a datagram bug")
 
-    session.payload = broken  # type: ignore[method-assign]
+    session._datagram = broken  # type: ignore[method-assign]
     plain = seeded_run(lambda loader, model, optimizer: loader)
     optimizers: list[torch.optim.Optimizer] = []
 
@@ -624,3 +624,14 @@ def test_a_session_never_closed_sends_its_last_totals_when_the_process_exits(tmp
     finally:
         sock.close()
     assert [(s.job, s.steps) for s in sent] == [("left-open", 3)]
+
+
+def test_a_sample_counter_returning_infinity_or_nan_leaves_the_datagram_valid():
+    counts = iter([8, float("inf"), float("nan"), 8])
+    session = Session(address="off", samples=lambda batch: next(counts))
+    for batch in range(4):
+        session.add_batch(batch)
+        session.end_step()
+    sent = validate(session._datagram())
+    assert sent.samples == 16.0 and sent.steps == 3  # the first step end only starts the clock
+    session.close()

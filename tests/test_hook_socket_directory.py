@@ -104,3 +104,34 @@ def test_the_directory_is_checked_once_per_path_not_per_datagram(tmp_path: Path,
             assert hook.send(b"x")
             assert received(sock) == b"x"  # drained each time: the socket queues only ~10 datagrams
     assert checks == [f"{tmp_path}/push.sock"]
+
+
+def test_datagrams_go_on_a_connected_socket_and_follow_a_restarted_exporter(tmp_path):
+    """The socket's path is resolved once, at connect (not per datagram, which costs a path walk in the
+    kernel each time); an exporter that restarts binds a new socket at the same path, which the next send
+    reaches by connecting again, without dropping that datagram."""
+    path = tmp_path / "push.sock"
+
+    def listen() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(path))
+        sock.settimeout(5)
+        return sock
+
+    first = listen()
+    hook = Transport(f"unix://{path}")
+    try:
+        assert hook.send(b"one") and first.recv(100) == b"one"
+        moved = tmp_path / "moved.sock"
+        path.rename(moved)  # connected: the path is not looked up again
+        assert hook.send(b"two") and first.recv(100) == b"two"
+        first.close()
+        moved.unlink()
+        second = listen()  # the exporter restarted
+        try:
+            assert hook.send(b"three") and second.recv(100) == b"three"
+            assert (hook.sent, hook.dropped) == (3, 0)
+        finally:
+            second.close()
+    finally:
+        hook.close()

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
+import math
 import os
 import threading
 import time
@@ -43,7 +45,7 @@ from exporter.hook.timing import (
 )
 from exporter.hook.transport import Transport
 from exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
-from exporter.push.schema import MAX_WORKER_PIDS, VERSION, encode
+from exporter.push.schema import MAX_WORKER_PIDS, VERSION
 
 log = logging.getLogger("exporter.hook")
 
@@ -171,6 +173,8 @@ class Session:
             self.enable_gpu(GpuTimer(gpu_event_factory))
         self.loader: dict[str, Any] | None = None
         self.worker_pids: list[int] = []
+        self._identity_json = ""  # the datagram's formatted parts that seldom change ("" until formatted)
+        self._loader_json = ""
         self.seq = 0
         self._cuda_index: int | None = None
         # Read by exporter.hook.forward.TimedForward on every forward.
@@ -281,7 +285,7 @@ class Session:
             count = given(batch)
         else:
             count = given
-        if count is not None and count >= 0:
+        if count is not None and 0 <= count < math.inf:  # never NaN or infinity into the datagram
             self.clock.fetched_samples += float(count)
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
@@ -329,6 +333,7 @@ class Session:
             self.loader = settings
         if worker_pids is not None:
             self.worker_pids = worker_pids[:MAX_WORKER_PIDS]
+        self._loader_json = ""
 
     def _remove_hooks(self) -> None:
         for handle in [*self._handles, *(h for entry in self._optimizers.values() for h in entry[1:])]:
@@ -360,6 +365,7 @@ class Session:
 
         self._cuda_index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = f"cuda:{self._cuda_index}"
+        self._identity_json = ""
         if self.gpu is None:
             self.enable_gpu(GpuTimer(lambda: torch.cuda.Event(enable_timing=True)))
 
@@ -389,47 +395,76 @@ class Session:
             self.failed("optimizer post-hook")
 
     # -- the datagram ---------------------------------------------------------------------------------
+    # The datagram is formatted from a template, not built as a dict and JSON-encoded: it runs between training
+    # steps whose work has pushed its code and data out of the caches, and what it costs then goes with how
+    # much code and data it touches. Measured on the 2-vCPU VMs this was built on (old and new in separate
+    # processes, a datagram one step after the last): dict + json + sendto 62-71 us, template + connected send
+    # 40-41 us. Once a second both took 0.8-1.5 ms there, which is that machine's toll on any page left alone
+    # for a second (benchmarks/hook_overhead.py prints it). The parts that change at most a few times in a run
+    # (identity, device, DataLoader settings) are formatted once, by json.
+
     def payload(self) -> dict[str, Any]:
+        """The datagram's content as a dict (what the exporter's ``schema.validate`` checks)."""
+        body: dict[str, Any] = json.loads(self._datagram())
+        return body
+
+    def _datagram(self) -> bytes:
         totals = self.clock.totals()
         now = perf_counter()
         last = totals.last_step_end
         wall = time.time() - (now - last if last is not None else 0.0)
-        phases = {name: totals.phase_seconds[index] for index, name in enumerate(PHASE_NAMES)}
-        phases["step"] = totals.step_seconds
+        # The totals run one longer than PHASE_NAMES: "other" (OTHER) is in the step, not a phase of its own.
+        phases = "".join(f'"{name}":{seconds!r},'
+                         for name, seconds in zip(PHASE_NAMES, totals.phase_seconds, strict=False))
         collectives = self.collectives
-        if collectives is not None:
-            phases["collective"] = collectives.seconds()
+        collective = f',"collective":{collectives.seconds()!r}' if collectives is not None else ""
+        parts = [
+            self._identity_json or self._format_identity(),
+            f',"seq":{self.seq},"time":{wall!r},"dropped":{self.transport.dropped},"steps":{totals.steps},'
+            f'"samples":{totals.samples!r},"phase_seconds":{{{phases}"step":{totals.step_seconds!r}{collective}}},'
+            f'"step_buckets":[{",".join(map(str, totals.buckets))}]',
+        ]
+        if self.skips_counted:
+            parts.append(f',"skipped_steps":{totals.skipped_steps}')
+        if collectives is not None and collectives.gpu is not None:
+            parts.append(f',"collective_dropped_timings":{collectives.gpu.abandoned}')
+        if self.loader is not None:
+            parts.append(self._loader_json or self._format_loader())
+        gpu = self.gpu
+        if gpu is not None:
+            # PHASE_NAMES[i] is the name of phase index i.
+            gpu_phases = ",".join(f'"{name}":{gpu.phase_totals[PHASE_NAMES.index(name)]!r}'
+                                  for name in GPU_PHASE_NAMES)
+            memory = "".join(f',"{key}":{value!r}' for key, value in self._cuda_memory().items())
+            parts.append(f',"gpu":{{"phase_seconds":{{{gpu_phases}}},"busy_seconds":{gpu.busy_seconds!r},'
+                         f'"idle_seconds":{gpu.idle_seconds!r},"dropped_timings":{gpu.abandoned_steps}{memory}}}')
+        parts.append("}")
+        return "".join(parts).encode()
+
+    def _format_identity(self) -> str:
+        """``{"v":..,"job":..,...,"pid":..`` (open: the rest follows); kept until the device changes."""
         ident = self.identity
-        body: dict[str, Any] = {
+        static: dict[str, Any] = {
             "v": VERSION, "job": ident.job, "rank": ident.rank, "local_rank": ident.local_rank,
-            "world_size": ident.world_size, "device": self.device, "pid": os.getpid(), "seq": self.seq,
-            "time": wall, "dropped": self.transport.dropped, "steps": totals.steps, "samples": totals.samples,
-            "phase_seconds": phases, "step_buckets": list(totals.buckets),
+            "world_size": ident.world_size, "device": self.device, "pid": os.getpid(),
         }
         if ident.kubernetes:
-            body["kubernetes"] = ident.kubernetes
-        if self.skips_counted:
-            body["skipped_steps"] = totals.skipped_steps
-        if collectives is not None and collectives.gpu is not None:
-            body["collective_dropped_timings"] = collectives.gpu.abandoned
-        if self.loader is not None:
-            loader = dict(self.loader)
-            pids = self.worker_pids
-            if not pids and loader["num_workers"] > 0:
-                pids = data_worker_children()[:MAX_WORKER_PIDS]
-            loader["worker_pids"] = pids
-            body["loader"] = loader
-        if self.gpu is not None:
-            gpu = self.gpu
-            body["gpu"] = {
-                # PHASE_NAMES[i] is the name of phase index i.
-                "phase_seconds": {name: gpu.phase_totals[PHASE_NAMES.index(name)] for name in GPU_PHASE_NAMES},
-                "busy_seconds": gpu.busy_seconds,
-                "idle_seconds": gpu.idle_seconds,
-                "dropped_timings": gpu.abandoned_steps,
-                **self._cuda_memory(),
-            }
-        return body
+            static["kubernetes"] = ident.kubernetes
+        self._identity_json = json.dumps(static, separators=(",", ":"))[:-1]
+        return self._identity_json
+
+    def _format_loader(self) -> str:
+        """``,"loader":{..}``; kept until the loader changes, unless its worker PIDs must be looked up (the
+        iterator did not give them): workers come and go with each epoch."""
+        loader = self.loader or {}
+        pids = self.worker_pids
+        looked_up = not pids and loader["num_workers"] > 0
+        if looked_up:
+            pids = data_worker_children()[:MAX_WORKER_PIDS]
+        text = ',"loader":' + json.dumps({**loader, "worker_pids": pids}, separators=(",", ":"))
+        if not looked_up:
+            self._loader_json = text
+        return text
 
     def _cuda_memory(self) -> dict[str, float]:
         if self._cuda_index is None:
@@ -468,7 +503,7 @@ class Session:
     def _send(self) -> None:
         try:
             with self._sending:
-                data = encode(self.payload())
+                data = self._datagram()
                 self.seq += 1
                 self.transport.send(data)
         except Exception:
