@@ -296,9 +296,10 @@ class Rounds:
                 self.datagrams += ticks.datagrams
                 self.folds += ticks.folds
                 self.lost += measured.lost_to(ticks.datagrams)
-            if self.last is not None:
-                _close(self.last)
-            self.last = second
+            if index < rounds - 1:
+                _close(second)
+            else:
+                self.last = second  # kept open for the figures measured after the pairs
 
     @property
     def added(self) -> float:

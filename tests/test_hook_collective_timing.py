@@ -280,3 +280,33 @@ def test_a_ddp_model_instrumented_again_times_into_the_new_sessions_clock(tmp_pa
             session.close()
     finally:
         dist.destroy_process_group()
+
+
+def test_a_collective_read_back_after_a_later_one_still_counts_its_time() -> None:
+    """Folded in two datagrams, out of time order: a long all-reduce harvested after a short later one
+    counts the time before it, and what overlaps is counted once."""
+    clock = CollectiveClock()
+    clock.record(8.0, 9.0)
+    assert clock.seconds() == pytest.approx(1.0)
+    clock.record(1.0, 7.0)  # ended before the one already folded
+    assert clock.seconds() == pytest.approx(7.0)
+    clock.record(6.5, 8.5)  # bridges both: adds only the gap 7.0-8.0
+    assert clock.seconds() == pytest.approx(8.0)
+    clock.record(0.0, 20.0)  # covers everything so far
+    assert clock.seconds() == pytest.approx(20.0)
+    clock.record(2.0, 3.0)  # inside it: nothing new
+    assert clock.seconds() == pytest.approx(20.0)
+
+
+def test_the_clocks_memory_of_past_intervals_is_bounded_and_never_double_counts() -> None:
+    clock = CollectiveClock()
+    for at in range(1000):  # disjoint intervals of 0.5 s, one a second
+        clock.record(float(at), at + 0.5)
+        clock.seconds()
+    assert clock.seconds() == pytest.approx(500.0)
+    assert len(clock._starts) <= CollectiveClock.KEPT_INTERVALS
+    clock.record(0.0, 1000.0)  # reaches back past what is kept: only the gaps it still knows count
+    # The gap before each kept interval (the first one's back to the end of the last interval forgotten),
+    # and the one after the last.
+    kept_gaps = CollectiveClock.KEPT_INTERVALS * 0.5 + 0.5
+    assert clock.seconds() == pytest.approx(500.0 + kept_gaps)

@@ -28,6 +28,7 @@ import logging
 import sys
 import threading
 import weakref
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
@@ -43,12 +44,23 @@ LOG_LIMIT = 1 << 12  # entries of CollectiveClock.log past which recording folds
 class CollectiveClock:
     """Collective intervals as they complete (``log``: start, end, start, end, ...), folded into the time
     covered by at least one of them. Its intervals are all on one timeline: the host's ``perf_counter()``
-    (gloo) or the GPU's (NCCL, seconds from a reference event), whichever stopwatch came first."""
+    (gloo) or the GPU's (NCCL, seconds from a reference event), whichever stopwatch came first.
+
+    Intervals need not arrive in time order: a long all-reduce read back after a later short one (GPU events
+    are harvested as they complete, gloo futures complete on several threads) still counts its time before
+    the short one's. So the union of the last ``KEPT_INTERVALS`` disjoint intervals is kept, and each new
+    interval counts only what it adds to it; what ends before the oldest kept interval (``_floor``) is no
+    longer known, and a part of a late interval that falls there is not counted (an undercount, never a
+    double count)."""
+
+    KEPT_INTERVALS = 64
 
     def __init__(self) -> None:
         self.log: list[float] = []
         self._seconds = 0.0
-        self._covered_until = float("-inf")  # the latest end folded so far
+        self._starts: list[float] = []  # the union of the recent intervals: disjoint, in time order
+        self._ends: list[float] = []
+        self._floor = float("-inf")  # the end of the latest interval forgotten
         self._folding = threading.Lock()
         self.kind: str | None = None  # HOST or GPU, fixed by the first stopwatch
         self.gpu: GpuStopwatch | None = None
@@ -75,13 +87,37 @@ class CollectiveClock:
             if count:
                 pairs = sorted(zip(log[0:count:2], log[1:count:2], strict=True))
                 del log[:count]
-                seconds, covered = self._seconds, self._covered_until
                 for start, end in pairs:
-                    if end > covered:
-                        seconds += end - max(start, covered)
-                        covered = end
-                self._seconds, self._covered_until = seconds, covered
+                    self._add(max(start, self._floor), end)
+                excess = len(self._starts) - self.KEPT_INTERVALS
+                if excess > 0:
+                    self._floor = self._ends[excess - 1]
+                    del self._starts[:excess], self._ends[:excess]
             return self._seconds
+
+    def _add(self, start: float, end: float) -> None:
+        """Merge [start, end] into the kept union, counting the time it covers that the union did not."""
+        if end <= start:
+            return
+        starts, ends = self._starts, self._ends
+        if not starts or start > ends[-1]:  # after everything kept (the usual case): all of it is new
+            starts.append(start)
+            ends.append(end)
+            self._seconds += end - start
+            return
+        if start >= starts[-1]:  # touches the last kept interval only (the next usual case)
+            if end > ends[-1]:
+                self._seconds += end - ends[-1]
+                ends[-1] = end
+            return
+        first = bisect_left(ends, start)  # the first kept interval that ends at or after start
+        last = bisect_right(starts, end)  # past the last one that starts at or before end
+        covered = sum(min(ends[i], end) - max(starts[i], start) for i in range(first, last))
+        self._seconds += (end - start) - covered
+        if first < last:
+            start, end = min(start, starts[first]), max(end, ends[last - 1])
+        starts[first:last] = [start]
+        ends[first:last] = [end]
 
     def forked(self) -> None:
         self._folding = threading.Lock()
