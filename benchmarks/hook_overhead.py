@@ -12,8 +12,9 @@ tensors landed in memory), which a single pair would read as the hook's cost. Pr
 - the median step time of each, and the median of the per-pair differences: the added cost of a typical
   step, which holds no fold and no datagram; and that median per pair of setups, whose spread is that
   setup-to-setup difference;
-- the datagrams (fold + payload + JSON + send, inline at a step end): how long each took on the training
-  thread, timed around the call;
+- the datagrams (fold + formatting + send, inline at a step end), in a phase of their own after the rounds
+  (the last pair of setups, until five were sent at the session's interval): how long each took on the
+  training thread, timed around the call;
 - the training-thread time lost per datagram: how much longer than the median pair the pair that held it
   took (what the datagram cost the step, cache misses and all, not only its own code);
 - a datagram sent right after a step against one sent straight after it (cold caches against warm);
@@ -243,8 +244,9 @@ def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: i
     ``interval`` of unhooked training steps (as a datagram's code and data are between datagrams), and to write
     them again at once. The 2-vCPU VMs this project is built on are Firecracker guests whose memory the
     hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's command line): there a page left alone
-    for a second costs tens of us on its next touch, against a tenth of a us at once again. Any code that runs
-    once a second pays that for every page of code and data it touches, the datagram included."""
+    for a second of training steps cost 0.3-2.4 us on its next write against 0.06 us at once again (44 us
+    after a second of ``time.sleep``). Code that runs once a second pays such a toll for what it touches, the
+    datagram included; where the two figures are close, the datagram's own cost is what is printed."""
     memory = bytearray(pages * 4096 * probes)
     for at in range(0, len(memory), 4096):
         memory[at] = 1  # every page mapped before the probes
@@ -267,43 +269,50 @@ def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: i
 
 class Rounds:
     """``rounds`` fresh pairs of setups (a plain one and ``make()``), built in alternating order, each paired
-    for ``pairs // rounds`` steps. Why fresh pairs: a setup's own speed (where its tensors and objects landed
-    in memory) differs from its twin's by a few us a step, which one pair would read as the hook's cost (the
-    noise floor line shows it); over rounds it averages out."""
+    for ``pairs // rounds`` steps (why: the module's docstring). The last pair stays for what is measured
+    after it."""
 
     def __init__(self, make: Callable[[], Setup], pairs: int, rounds: int, drain: socket.socket) -> None:
         self.differences: list[float] = []
         self.first_times: list[float] = []
         self.second_times: list[float] = []
         self.medians: list[float] = []  # per round
-        self.datagrams: list[tuple[float, float]] = []
-        self.folds: list[float] = []
-        self.lost: list[float] = []
-        self.last: Setup | None = None
         for index in range(rounds):
             first, second = (Setup(None), make()) if index % 2 == 0 else reversed((make(), Setup(None)))
             for setup in (first, second):  # warm-up
                 for _ in range(200):
                     setup.step()
-            session = getattr(second.loader, "bottleneck_session", None)
-            ticks = TimedTicks(session) if session is not None else None
             measured = Pairs(first, second, pairs // rounds, drain)
             self.differences += measured.differences
             self.first_times += measured.first_times
             self.second_times += measured.second_times
             self.medians.append(measured.added)
-            if ticks is not None:
-                self.datagrams += ticks.datagrams
-                self.folds += ticks.folds
-                self.lost += measured.lost_to(ticks.datagrams)
             if index < rounds - 1:
                 _close(second)
-            else:
-                self.last = second  # kept open for the figures measured after the pairs
+        self.plain, self.last = first, second
 
     @property
     def added(self) -> float:
         return statistics.median(self.differences)
+
+
+class Datagrams:
+    """The datagrams of one hooked setup paired with a plain one, at the session's own interval, until
+    ``wanted`` were sent (or ``limit`` seconds): each round of ``Rounds`` may be shorter than an interval."""
+
+    def __init__(self, plain: Setup, hooked: Setup, drain: socket.socket, wanted: int = 5,
+                 limit: float = 30.0) -> None:
+        ticks = TimedTicks(hooked.loader.bottleneck_session)
+        self.lost: list[float] = []
+        self.pairs = 0
+        until = time.perf_counter() + limit
+        while len(ticks.datagrams) < wanted and time.perf_counter() < until:
+            sent = len(ticks.datagrams)
+            measured = Pairs(plain, hooked, 256, drain)
+            self.lost += measured.lost_to(ticks.datagrams[sent:])
+            self.pairs += 256
+        self.sent = [end - start for start, end in ticks.datagrams]
+        self.folds = ticks.folds
 
 
 def _close(setup: Setup) -> None:
@@ -320,6 +329,8 @@ def main() -> None:
     parser.add_argument("--without", action="append", choices=("model", "optimizer"), default=[],
                         help="instrument the hooked setup without this part (repeatable)")
     args = parser.parse_args()
+    if not 1 <= args.rounds <= args.pairs:
+        parser.error("--rounds must be at least 1 and at most --pairs")
     torch.set_num_threads(1)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,9 +340,9 @@ def main() -> None:
         receiver.setblocking(False)
         measured = Rounds(lambda: Setup(f"unix://{path}", tuple(args.without)), args.pairs, args.rounds, receiver)
         hooked = measured.last
-        assert hooked is not None
         session = hooked.loader.bottleneck_session
         interval = session.interval
+        datagrams = Datagrams(measured.plain, hooked, receiver)
         cold, warm = back_to_back(hooked, session, receiver)
         _close(hooked)
         noise = Rounds(lambda: Setup(None), args.pairs, args.rounds, receiver).added
@@ -340,7 +351,6 @@ def main() -> None:
         pages = page_touch_penalty(plain, interval)
         receiver.close()
     floor = bookkeeping_only(50000)
-    datagrams, folds = measured.datagrams, measured.folds
 
     print(f"torch {torch.__version__}, {args.pairs} step pairs over {args.rounds} pairs of setups, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
@@ -351,11 +361,11 @@ def main() -> None:
     print(f"added per step (median of pairs): {added * 1e6:.1f} us")
     print(f"  = {added / base:.1%} of this step, {added / 0.002:.2%} of a 2 ms step; per pair of setups: "
           + ", ".join(f"{median * 1e6:.1f}" for median in measured.medians) + " us")
-    sent = [end - start for start, end in datagrams]
+    sent = datagrams.sent
     print(f"datagrams (fold + encode + send): {len(sent)}, "
           f"{statistics.median(sent) * 1e6 if sent else 0.0:.1f} us each")
     if sent:
-        print(f"  training-thread time lost per datagram: {statistics.median(measured.lost) * 1e6:.1f} us "
+        print(f"  training-thread time lost per datagram: {statistics.median(datagrams.lost) * 1e6:.1f} us "
               f"(median; the pair that held it against the median pair), longest datagram {max(sent) * 1e6:.1f} us")
     print(f"  a datagram right after a step: {cold * 1e6:.0f} us; straight after that one: {warm * 1e6:.0f} us "
           f"(medians; payload + JSON + send, no fold)")
@@ -363,9 +373,9 @@ def main() -> None:
           f"steps: {penalty[0] * 1e6:.0f} us; at once again: {penalty[1] * 1e6:.1f} us (medians)")
     print(f"  this machine's page-touch penalty: a page of memory untouched for one datagram interval: "
           f"{pages[0] * 1e6:.2f} us to touch; at once again: {pages[1] * 1e6:.2f} us (medians of 64 pages)")
-    if folds:
-        print(f"  folds between datagrams: {len(folds)}, {statistics.median(folds) * 1e6:.1f} us each (median), "
-              f"{sum(folds) / args.pairs * 1e6:.2f} us per step")
+    if datagrams.folds:
+        print(f"  folds between datagrams: {len(datagrams.folds)}, {statistics.median(datagrams.folds) * 1e6:.1f} us "
+              f"each (median), {sum(datagrams.folds) / datagrams.pairs * 1e6:.2f} us per step")
     print(f"mean added per step (everything): {statistics.fmean(measured.differences) * 1e6:.1f} us")
     print(f"noise floor (unhooked vs unhooked, median of pairs): {noise * 1e6:.1f} us")
     print(f"hook bookkeeping alone (warm):   {floor * 1e6:8.2f} us per step")

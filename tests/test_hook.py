@@ -389,7 +389,7 @@ def test_gpu_phases_are_harvested_steps_later_in_a_real_training_loop():
     assert gpu.idle_seconds / (gpu.harvested_steps - 1) == pytest.approx(0.0005)
     # Events are reused once read: far fewer objects than marks.
     assert len(FakeCudaEvent.created) < 4 * session.clock.steps / 2
-    snapshot = validate(encode(session.payload()))
+    snapshot = validate(session._datagram())
     assert snapshot.gpu is not None and snapshot.gpu.busy_seconds == pytest.approx(gpu.busy_seconds)
     session.close()
 
@@ -463,7 +463,7 @@ def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted
     seeded_run(lambda loader, model, optimizer: instrument(loader, model=model, optimizer=optimizer,
                                                              session=session))
     assert session.gpu.abandoned_steps == 36 - 8  # the 8 newest are still pending
-    sent = validate(encode(session.payload()))
+    sent = validate(session._datagram())
     assert sent.gpu is not None and sent.gpu.dropped_timings == 28
     session.close()  # the pending ones are given up at the end: all 36 dropped
     assert session.gpu.abandoned_steps == 36
@@ -635,3 +635,22 @@ def test_a_sample_counter_returning_infinity_or_nan_leaves_the_datagram_valid():
     sent = validate(session._datagram())
     assert sent.samples == 16.0 and sent.steps == 3  # the first step end only starts the clock
     session.close()
+
+
+def test_a_total_that_is_not_finite_is_an_internal_error_not_a_datagram_the_exporter_rejects(tmp_path):
+    path = tmp_path / "push.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.setblocking(False)
+    session = Session(address=f"unix://{path}", job="inf-total")
+    try:
+        session.end_step()
+        session.end_step()
+        session.flush()
+        assert [s.steps for s in received(sock)] == [1] and session.errors == 0
+        session.clock.samples_at_step_end = float("inf")  # how it got there does not matter here
+        session.flush()
+        assert received(sock) == [] and session.errors == 1
+    finally:
+        session.active = False
+        sock.close()

@@ -205,7 +205,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
     """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
     from exporter.hook.session import Session
-    from exporter.push.schema import encode, validate
+    from exporter.push.schema import validate
     from tests.test_hook import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
@@ -213,7 +213,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
         collective(watch, gpu, float(at), at + 0.5)
     session = Session(address="off", job="nccl-behind")
     session.collectives = clock
-    sent = validate(encode(session.payload()))
+    sent = validate(session._datagram())
     session.close()
     assert sent.collective_dropped_timings == 12 and sent.collective_seconds == 0.0
 
@@ -223,13 +223,13 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
 def test_host_timed_collectives_send_no_dropped_count() -> None:
     """gloo's host stopwatch never gives anything up: its datagram has no such field (and no series)."""
     from exporter.hook.session import Session
-    from exporter.push.schema import encode, validate
+    from exporter.push.schema import validate
 
     clock = CollectiveClock()
     HostStopwatch(clock).stop(HostStopwatch(clock).start())
     session = Session(address="off", job="gloo")
     session.collectives = clock
-    sent = validate(encode(session.payload()))
+    sent = validate(session._datagram())
     session.close()
     assert sent.collective_dropped_timings is None and sent.collective_seconds is not None
 

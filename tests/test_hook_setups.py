@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from exporter.hook import instrument
 from exporter.hook.session import Session
 from exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
-from exporter.push.schema import encode, validate
+from exporter.push.schema import validate
 from tests.test_hook import received
 
 pytestmark = pytest.mark.torch
@@ -122,7 +122,7 @@ def test_amp_bfloat16_steps_the_gradscaler_skips_are_steps_and_counted_as_skippe
     assert len(ran) == 6  # the optimizer really stepped 6 times of 8
     assert (totals.steps, totals.skipped_steps, totals.samples) == (8, 2, 40)
     consistent(totals)
-    snapshot = validate(encode(session.payload()))
+    snapshot = validate(session._datagram())
     assert (snapshot.steps, snapshot.skipped_steps) == (8, 2)
     session.close()
     assert "step" not in scaler.__dict__  # closing puts the scaler's own step back
@@ -225,3 +225,41 @@ def test_compiled_model_is_timed_as_the_module_called():
     assert totals.phase_seconds[FORWARD] >= 12 * 2 * MS
     consistent(totals)
     session.close()
+
+
+def test_a_gradscaler_reused_for_the_next_model_counts_for_the_new_session_and_frees_the_old():
+    """A sweep keeps one GradScaler for every trial: each trial's session counts its own skipped steps, and
+    a trial the user let go of (never closed) is freed, not kept alive by the scaler."""
+    import gc
+    import weakref
+
+    scaler = torch.amp.GradScaler("cpu")
+
+    def trial(overflow: bool) -> Session:
+        x = torch.randn(20, 8)
+        if overflow:
+            x[7] = 3e38  # one batch (of 5) overflows: the scaler skips its step
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = instrument(DataLoader(TensorDataset(x), batch_size=5), model=model, optimizer=optimizer,
+                            scaler=scaler, address="off")
+        for (batch,) in loader:
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(batch).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        session: Session = loader.bottleneck_session
+        return session
+
+    first = trial(overflow=True)
+    assert (first.clock.steps, first.clock.totals().skipped_steps) == (4, 1)
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    second = trial(overflow=True)
+    assert (second.clock.steps, second.clock.totals().skipped_steps) == (4, 1)
+    second.close()
+    assert "step" not in scaler.__dict__

@@ -67,8 +67,7 @@ class CollectiveClock:
 
     def record(self, start: float, end: float) -> None:
         log = self.log
-        log.append(start)
-        log.append(end)
+        log.extend((start, end))  # one call: gloo's threads may record at the same time
         if len(log) >= LOG_LIMIT:
             # No datagram reads it (the hook's address is off, or the session closed while DDP keeps our
             # comm hook): fold here, so memory stays bounded.
@@ -235,8 +234,10 @@ class Stopwatches:
         self._by_group: weakref.WeakKeyDictionary[Any, Stopwatch | None] = weakref.WeakKeyDictionary()
 
     def for_group(self, group: Any) -> Stopwatch | None:
-        with contextlib.suppress(KeyError, TypeError):  # TypeError: a group with no weak references
+        try:  # (try, not contextlib.suppress: this runs at every collective launch)
             return self._by_group[group]
+        except (KeyError, TypeError):  # TypeError: a group with no weak references
+            pass
         try:
             watch = self._stopwatch(self._backend_of(group))
         except Exception:  # inside FSDP's or DDP's collective launch: never into training

@@ -52,7 +52,7 @@ log = logging.getLogger("exporter.hook")
 MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
 # Log entries (two per mark) past which a step end folds the log, about 85 steps of the plain loop: a
-# datagram then folds at most this many entries on top of its payload, JSON and sendto. Folds of 64 entries
+# datagram then folds at most this many entries on top of formatting and sending itself. Folds of 64 entries
 # cost 3-6 us per step inside real steps (cold caches), of 1024 about 1 us; the datagram took about as long
 # either way (benchmarks/hook_overhead.py). See "Why the datagram is sent inline" in Session._tick.
 FOLD_ENTRIES = 1024
@@ -81,7 +81,10 @@ def _close_all() -> None:
     an atexit entry per session (its bound ``close``) would keep each session, and so its model and
     optimizer (GPU memory included), alive until the process ends: a leak for every trial of a sweep."""
     for session in list(_sessions):
-        session.close()
+        try:
+            session.close()
+        except Exception:  # one session's trouble must not keep the others from their last datagram
+            log.debug("bottleneck hook: closing a session at exit failed", exc_info=True)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -285,8 +288,10 @@ class Session:
             count = given(batch)
         else:
             count = given
-        if count is not None and 0 <= count < math.inf:  # never NaN or infinity into the datagram
-            self.clock.fetched_samples += float(count)
+        if count is not None:
+            count = float(count)
+            if 0 <= count < math.inf:  # never NaN or infinity into the datagram
+                self.clock.fetched_samples += count
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
@@ -321,8 +326,10 @@ class Session:
         return True
 
     def attach_scaler(self, scaler: Any) -> None:
-        """Count the steps AMP's ``GradScaler`` skips (wraps ``scaler.step`` on this instance)."""
-        if isinstance(scaler.__dict__.get("step"), TimedScalerStep):
+        """Count the steps AMP's ``GradScaler`` skips (wraps ``scaler.step`` on this instance). A scaler
+        another session wrapped (a scaler reused for the next model of a sweep) is wrapped anew for this one."""
+        current = scaler.__dict__.get("step")
+        if isinstance(current, TimedScalerStep) and current.session() is self:
             return
         self._handles.append(TimedScalerStep(self, scaler))
         self.skips_counted = True
@@ -399,9 +406,9 @@ class Session:
     # steps whose work has pushed its code and data out of the caches, and what it costs then goes with how
     # much code and data it touches. Measured on the 2-vCPU VMs this was built on (old and new in separate
     # processes, a datagram one step after the last): dict + json + sendto 62-71 us, template + connected send
-    # 40-41 us. Once a second both took 0.8-1.5 ms there, which is that machine's toll on any page left alone
-    # for a second (benchmarks/hook_overhead.py prints it). The parts that change at most a few times in a run
-    # (identity, device, DataLoader settings) are formatted once, by json.
+    # 40-41 us. Once a second both took 0.8-1.5 ms there, which is that machine's toll on code and data left
+    # alone for a second (benchmarks/hook_overhead.py prints it). The identity and the DataLoader settings are
+    # formatted by json when they change (the device at the first forward, the loader at each iter()).
 
     def payload(self) -> dict[str, Any]:
         """The datagram's content as a dict (what the exporter's ``schema.validate`` checks)."""
@@ -413,33 +420,36 @@ class Session:
         now = perf_counter()
         last = totals.last_step_end
         wall = time.time() - (now - last if last is not None else 0.0)
-        # The totals run one longer than PHASE_NAMES: "other" (OTHER) is in the step, not a phase of its own.
-        phases = "".join(f'"{name}":{seconds!r},'
+        # Numbers are formatted with str(), which for a float is the shortest repr, as json writes it. The
+        # totals run one longer than PHASE_NAMES: "other" (OTHER) is in the step, not a phase of its own.
+        phases = "".join(f'"{name}":{seconds},'
                          for name, seconds in zip(PHASE_NAMES, totals.phase_seconds, strict=False))
         collectives = self.collectives
-        collective = f',"collective":{collectives.seconds()!r}' if collectives is not None else ""
-        parts = [
-            self._identity_json or self._format_identity(),
-            f',"seq":{self.seq},"time":{wall!r},"dropped":{self.transport.dropped},"steps":{totals.steps},'
-            f'"samples":{totals.samples!r},"phase_seconds":{{{phases}"step":{totals.step_seconds!r}{collective}}},'
+        collective = f',"collective":{collectives.seconds()}' if collectives is not None else ""
+        fields = [
+            f',"seq":{self.seq},"time":{wall},"dropped":{self.transport.dropped},"steps":{totals.steps},'
+            f'"samples":{totals.samples},"phase_seconds":{{{phases}"step":{totals.step_seconds}{collective}}},'
             f'"step_buckets":[{",".join(map(str, totals.buckets))}]',
         ]
         if self.skips_counted:
-            parts.append(f',"skipped_steps":{totals.skipped_steps}')
+            fields.append(f',"skipped_steps":{totals.skipped_steps}')
         if collectives is not None and collectives.gpu is not None:
-            parts.append(f',"collective_dropped_timings":{collectives.gpu.abandoned}')
-        if self.loader is not None:
-            parts.append(self._loader_json or self._format_loader())
+            fields.append(f',"collective_dropped_timings":{collectives.gpu.abandoned}')
         gpu = self.gpu
         if gpu is not None:
             # PHASE_NAMES[i] is the name of phase index i.
-            gpu_phases = ",".join(f'"{name}":{gpu.phase_totals[PHASE_NAMES.index(name)]!r}'
+            gpu_phases = ",".join(f'"{name}":{gpu.phase_totals[PHASE_NAMES.index(name)]}'
                                   for name in GPU_PHASE_NAMES)
-            memory = "".join(f',"{key}":{value!r}' for key, value in self._cuda_memory().items())
-            parts.append(f',"gpu":{{"phase_seconds":{{{gpu_phases}}},"busy_seconds":{gpu.busy_seconds!r},'
-                         f'"idle_seconds":{gpu.idle_seconds!r},"dropped_timings":{gpu.abandoned_steps}{memory}}}')
-        parts.append("}")
-        return "".join(parts).encode()
+            memory = "".join(f',"{key}":{value}' for key, value in self._cuda_memory().items())
+            fields.append(f',"gpu":{{"phase_seconds":{{{gpu_phases}}},"busy_seconds":{gpu.busy_seconds},'
+                          f'"idle_seconds":{gpu.idle_seconds},"dropped_timings":{gpu.abandoned_steps}{memory}}}')
+        numbers = "".join(fields)
+        if "inf" in numbers or "nan" in numbers:  # no key here holds either: a number is not finite
+            raise ValueError(f"a datagram total is not a finite number: {numbers}")
+        identity = self._identity_json or self._format_identity()
+        settings = self.loader
+        loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
+        return f"{identity}{numbers}{loader}}}".encode()
 
     def _format_identity(self) -> str:
         """``{"v":..,"job":..,...,"pid":..`` (open: the rest follows); kept until the device changes."""
@@ -453,15 +463,14 @@ class Session:
         self._identity_json = json.dumps(static, separators=(",", ":"))[:-1]
         return self._identity_json
 
-    def _format_loader(self) -> str:
+    def _format_loader(self, settings: dict[str, Any]) -> str:
         """``,"loader":{..}``; kept until the loader changes, unless its worker PIDs must be looked up (the
         iterator did not give them): workers come and go with each epoch."""
-        loader = self.loader or {}
         pids = self.worker_pids
-        looked_up = not pids and loader["num_workers"] > 0
+        looked_up = not pids and settings["num_workers"] > 0
         if looked_up:
             pids = data_worker_children()[:MAX_WORKER_PIDS]
-        text = ',"loader":' + json.dumps({**loader, "worker_pids": pids}, separators=(",", ":"))
+        text = ',"loader":' + json.dumps({**settings, "worker_pids": pids}, separators=(",", ":"))
         if not looked_up:
             self._loader_json = text
         return text
@@ -483,7 +492,7 @@ class Session:
         """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now.
 
         Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
-        thread does the same work (a fold, the payload, JSON, ``sendto``) but must take the GIL from the
+        thread does the same work (a fold, formatting, sending) but must take the GIL from the
         training thread and give it back, and a hand-over can cost the training thread up to the
         interpreter's switch interval (5 ms). Measured with benchmarks/hook_overhead.py on a loaded 2-CPU
         machine, the training thread lost 1.8-6.8 ms per datagram to a sender thread, 0.8-4.8 ms inline
@@ -540,13 +549,19 @@ class TimedScalerStep:
     """
 
     def __init__(self, session: Session, scaler: Any) -> None:
-        self.session = session
+        # Weak: a scaler the user keeps must not keep the session, and with it a model, alive.
+        self.session = weakref.ref(session)
         self.scaler = scaler
-        self.original = scaler.step
+        self.original: Callable[..., Any]
+        current = scaler.__dict__.get("step")
+        # Another session's wrapper is replaced, not wrapped: its remove() then leaves this one in place.
+        self.original = current.original if isinstance(current, TimedScalerStep) else scaler.step
         scaler.__dict__["step"] = self
 
     def __call__(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        session = self.session
+        session = self.session()
+        if session is None:
+            return self.original(optimizer, *args, **kwargs)
         before = session.optimizer_steps
         if session.active:
             try:

@@ -1,4 +1,4 @@
-"""How the hook's datagrams leave the training process: one non-blocking datagram socket, never a wait.
+"""How the hook's datagrams leave the training process: non-blocking datagram sockets, never a wait.
 
 Reads ``BOTTLENECK_PUSH_ADDRESS`` (``unix:///path``, ``udp://127.0.0.1:PORT`` or ``off``); without it, sends
 to the first of ``exporter.push.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
@@ -8,8 +8,11 @@ once a datagram gets through::
 
     bottleneck_train_hook_dropped_datagrams_total{training_job="resnet",rank="0"} 3.0
 
+Each target gets a socket connected to it, so its address is resolved once (a ``udp://`` host name too: it
+is looked up again only after the target refuses a datagram).
+
 Fork-safe: a forked child (a DataLoader worker) never sends, checked by PID and by ``os.register_at_fork``,
-which also closes the child's copy of the socket.
+which also closes the child's copies of the sockets.
 
 A Unix socket is used only in a directory no other user can have planted (``paths.untrusted_directory``),
 checked once per path before its first datagram and again after the path stops answering (at most once a
