@@ -206,7 +206,7 @@ def back_to_back(setup: Setup, session: Session, drain: socket.socket, datagrams
     for index in range(datagrams):
         for _ in range(16):
             setup.step()
-        session.clock.fold()  # the marks of those steps: what is timed below is payload + JSON + sendto
+        session.clock.fold()  # the marks of those steps: what is timed below is formatting + send
         start = time.perf_counter()
         session._send()
         middle = time.perf_counter()
@@ -218,6 +218,13 @@ def back_to_back(setup: Setup, session: Session, drain: socket.socket, datagrams
     return statistics.median(first), statistics.median(second)
 
 
+def train_for(setup: Setup, seconds: float) -> None:
+    """Unhooked training steps for ``seconds``: what runs between two datagrams."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        setup.step()
+
+
 def cold_code_penalty(setup: Setup, interval: float, probes: int = 5) -> tuple[float, float]:
     """Median seconds of a tiny JSON dump (no hook code at all) run once per ``interval`` between unhooked
     steps, as a datagram is, and of the same dump run again at once: what this machine charges any code that
@@ -227,9 +234,7 @@ def cold_code_penalty(setup: Setup, interval: float, probes: int = 5) -> tuple[f
     small = {"job": "bench", "rank": 0, "phase_seconds": {"forward": 1.0, "backward": 2.0}}
     cold, warm = [], []
     for _ in range(probes):
-        until = time.perf_counter() + interval
-        while time.perf_counter() < until:
-            setup.step()
+        train_for(setup, interval)
         start = time.perf_counter()
         json.dumps(small)
         middle = time.perf_counter()
@@ -259,9 +264,7 @@ def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: i
 
     cold, warm = [], []
     for probe in range(probes):
-        until = time.perf_counter() + interval
-        while time.perf_counter() < until:
-            setup.step()
+        train_for(setup, interval)
         cold.append(touch(probe))
         warm.append(touch(probe))
     return statistics.median(cold), statistics.median(warm)
@@ -368,7 +371,7 @@ def main() -> None:
         print(f"  training-thread time lost per datagram: {statistics.median(datagrams.lost) * 1e6:.1f} us "
               f"(median; the pair that held it against the median pair), longest datagram {max(sent) * 1e6:.1f} us")
     print(f"  a datagram right after a step: {cold * 1e6:.0f} us; straight after that one: {warm * 1e6:.0f} us "
-          f"(medians; payload + JSON + send, no fold)")
+          f"(medians; formatting + send, no fold)")
     print(f"  this machine's cold-code penalty: a JSON dump of 3 keys once per datagram interval between unhooked "
           f"steps: {penalty[0] * 1e6:.0f} us; at once again: {penalty[1] * 1e6:.1f} us (medians)")
     print(f"  this machine's page-touch penalty: a page of memory untouched for one datagram interval: "

@@ -99,6 +99,17 @@ def test_gan_two_optimizers_one_step_per_batch_both_forwards_and_both_optimizer_
     session.close()
 
 
+def amp_steps(loader: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+    """One pass of a bfloat16 autocast loop with a GradScaler over ``loader``."""
+    for (batch,) in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(batch).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
 def test_amp_bfloat16_steps_the_gradscaler_skips_are_steps_and_counted_as_skipped():
     torch.manual_seed(0)
     x = torch.randn(40, 8)
@@ -109,15 +120,8 @@ def test_amp_bfloat16_steps_the_gradscaler_skips_are_steps_and_counted_as_skippe
     optimizer.register_step_post_hook(lambda *args: ran.append(1))
     scaler = torch.amp.GradScaler("cpu")
     session = Session(address="off")
-    loader = instrument(DataLoader(TensorDataset(x), batch_size=5), model=model, optimizer=optimizer,
-                        scaler=scaler, session=session)
-    for (batch,) in loader:
-        optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(batch).float().pow(2).mean()
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+    amp_steps(instrument(DataLoader(TensorDataset(x), batch_size=5), model=model, optimizer=optimizer,
+                         scaler=scaler, session=session), model, optimizer, scaler)
     totals = session.clock.totals()
     assert len(ran) == 6  # the optimizer really stepped 6 times of 8
     assert (totals.steps, totals.skipped_steps, totals.samples) == (8, 2, 40)
@@ -235,31 +239,24 @@ def test_a_gradscaler_reused_for_the_next_model_counts_for_the_new_session_and_f
 
     scaler = torch.amp.GradScaler("cpu")
 
-    def trial(overflow: bool) -> Session:
+    def trial() -> Session:
         x = torch.randn(20, 8)
-        if overflow:
-            x[7] = 3e38  # one batch (of 5) overflows: the scaler skips its step
+        x[7] = 3e38  # one batch (of 5) overflows: the scaler skips its step
         model = torch.nn.Linear(8, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         loader = instrument(DataLoader(TensorDataset(x), batch_size=5), model=model, optimizer=optimizer,
                             scaler=scaler, address="off")
-        for (batch,) in loader:
-            optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(batch).float().pow(2).mean()
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+        amp_steps(loader, model, optimizer, scaler)
         session: Session = loader.bottleneck_session
         return session
 
-    first = trial(overflow=True)
+    first = trial()
     assert (first.clock.steps, first.clock.totals().skipped_steps) == (4, 1)
     gone = weakref.ref(first)
     del first
     gc.collect()
     assert gone() is None
-    second = trial(overflow=True)
+    second = trial()
     assert (second.clock.steps, second.clock.totals().skipped_steps) == (4, 1)
     second.close()
     assert "step" not in scaler.__dict__
