@@ -12,12 +12,16 @@
     python tests/e2e_train.py fsdp --stop-file PATH [--embedding ROWS]
         the same job sharded by FSDP2 (``fully_shard`` on the table, the layers and the root): each step
         all-gathers the parameters and reduce-scatters the gradients (the table's dominate).
-    python tests/e2e_train.py ddp --steps N --comm-hook fp16 --hook-order before|after
-        DDP with the user's own communication hook (torch's fp16 compression), registered before
+    python tests/e2e_train.py fsdp1 --stop-file PATH [--embedding ROWS] [--sharding NO_SHARD|HYBRID_SHARD|...]
+        the same job under FSDP1 (``FullyShardedDataParallel`` around the table, the layers and the root),
+        FULL_SHARD unless --sharding names another of its strategies.
+    python tests/e2e_train.py ddp|fsdp1 --steps N --comm-hook fp16 --hook-order before|after
+        DDP (or FSDP1) with the user's own communication hook (torch's fp16 compression), registered before
         or after ``instrument()``; trains N steps, then prints ``result {json}``: whether the gradients
         carry the hook's effect (fp16 rounding: every gradient is a float16 value) and the collective
         seconds the hook measured (null when it did not time them). ``fsdp --steps N`` prints the same line,
-        with the all-gathers and reduce-scatters timed.
+        with the all-gathers and reduce-scatters timed (``fsdp1 --steps N``: all-gathers and reductions).
+        ``--instrument unwrapped`` hands ``instrument()`` the model inside DDP or FSDP1, not the wrapper.
     python tests/e2e_train.py input --stop-file PATH --cause-file PATH
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
@@ -85,11 +89,14 @@ def stop_requested(stop_file: str) -> bool:
 
 
 def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: float = 0.0,
-          steps_wanted: int = 0, after_instrument: Callable[[], None] | None = None) -> int:
+          steps_wanted: int = 0, after_instrument: Callable[[], None] | None = None,
+          instrumented: torch.nn.Module | None = None) -> int:
+    """Train ``model``, instrumented (or ``instrumented``: the model inside it, as the Hugging Face Trainer
+    hands its callbacks)."""
     from exporter.hook import instrument
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = instrument(loader, model=model, optimizer=optimizer)
+    batches = instrument(loader, model=model if instrumented is None else instrumented, optimizer=optimizer)
     if after_instrument is not None:
         after_instrument()
     steps = 0
@@ -107,24 +114,67 @@ def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: f
                 time.sleep(between)  # host work between steps: writing a log line, a checkpoint
 
 
-def hook_result(model: torch.nn.Module) -> dict[str, object]:
+def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, object]:
     """What the user's hook did to the gradients, the collective time the bottleneck hook measured, and the
     FSDP collectives it timed."""
     from exporter.hook.session import Session
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    session = Session.of(model)
+    session = Session.of(model, local)
     clock = session.collectives if session is not None else None
-    from exporter.hook.collective_fsdp import launches
+    from exporter.hook import collective_fsdp, collective_fsdp1
 
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
-            "collective_seconds": clock.seconds() if clock is not None else None, "fsdp_launches": launches(model),
-            "step_seconds": session.clock.totals().step_seconds if session is not None else None}
+            "collective_seconds": clock.seconds() if clock is not None else None,
+            "fsdp_launches": collective_fsdp.launches(model), "fsdp1_launches": collective_fsdp1.launches(model),
+            "step_seconds": session.clock.totals().step_seconds if session is not None else None,
+            # The parameters after the steps: the same with the hook as without it (its reductions are the
+            # framework's own arithmetic).
+            "parameters": [round(p.detach().double().sum().item(), 9) for p in model.parameters()]}
+
+
+def fsdp1(local: Model, sharding: str) -> torch.nn.Module:
+    """``local`` under FSDP1: the table and each layer with parameters wrapped, then the root."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+    options: dict[str, object] = {"device_id": torch.device("cpu"), "sharding_strategy": ShardingStrategy[sharding]}
+    if sharding.startswith(("HYBRID", "_HYBRID")):  # one replica, sharded over every rank
+        from torch.distributed.device_mesh import init_device_mesh
+
+        options["device_mesh"] = init_device_mesh("cpu", (1, dist.get_world_size()),
+                                                  mesh_dim_names=("replicate", "shard"))
+    if local.table is not None:
+        local.table = FullyShardedDataParallel(local.table, **options)
+    for index, layer in enumerate(local.net):
+        if any(True for _ in layer.parameters()):
+            local.net[index] = FullyShardedDataParallel(layer, **options)
+    return FullyShardedDataParallel(local, **options)
+
+
+def fp16_compression(model: torch.nn.Module) -> Callable[[], None]:
+    """What registers a user's fp16-compression communication hook on ``model``, as a user would: torch's
+    own for DDP; for FSDP1 one of ours that does the same (torch's FSDP1 ``fp16_compress_hook`` records a CUDA
+    stream, so it fails on CPU)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+        return lambda: model.register_comm_hook(dist.group.WORLD, fp16_compress_hook)
+
+    def compressed(group: dist.ProcessGroup, grad: torch.Tensor, output: torch.Tensor | None = None) -> None:
+        grad.div_(dist.get_world_size(group)).copy_(grad.half())
+        if output is None:
+            dist.all_reduce(grad, group=group)
+            grad.copy_(grad.half())
+        else:
+            dist.reduce_scatter_single(output, grad, group=group)
+            output.copy_(output.half())
+
+    return lambda: model.register_comm_hook(dist.group.WORLD, compressed)  # type: ignore[operator]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["ddp", "fsdp", "input"])
+    parser.add_argument("mode", choices=["ddp", "fsdp", "fsdp1", "input"])
     parser.add_argument("--stop-file", default="")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=0.2)
@@ -135,6 +185,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--comm-hook", choices=["fp16"])
     parser.add_argument("--hook-order", choices=["before", "after"], default="after")
+    parser.add_argument("--sharding", default="FULL_SHARD", help="FSDP1's ShardingStrategy")
+    parser.add_argument("--instrument", choices=["wrapper", "unwrapped"], default="wrapper")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # several ranks share a small test machine
@@ -155,22 +207,19 @@ def main() -> int:
                 if module is not None and any(True for _ in module.parameters()):
                     fully_shard(module)
             model: torch.nn.Module = fully_shard(local)
+        elif args.mode == "fsdp1":
+            model = fsdp1(local, args.sharding)
         else:
             model = torch.nn.parallel.DistributedDataParallel(local)
-            if args.comm_hook:
-                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
-
-                ddp = model
-
-                def register() -> None:
-                    ddp.register_comm_hook(dist.group.WORLD, fp16_compress_hook)
-
-                if args.hook_order == "before":
-                    register()
-                    register = None
-        steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0, args.steps, register)
+        if args.comm_hook:
+            register = fp16_compression(model)
+            if args.hook_order == "before":
+                register()
+                register = None
+        steps = train(loader, model, args.stop_file, args.between_seconds if slow else 0.0, args.steps, register,
+                      local if args.instrument == "unwrapped" else None)
         if args.steps:
-            print("result", json.dumps(hook_result(model)), flush=True)
+            print("result", json.dumps(hook_result(model, local)), flush=True)
         dist.destroy_process_group()
     print(f"trained {steps} steps", flush=True)
     return 0

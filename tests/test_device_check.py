@@ -36,6 +36,7 @@ def test_cpu_dry_run_runs_every_step_and_reports_it():
                  "ok   hook internal errors: 0", "per step, host ms: data_wait",
                  "hook's cost on cpu: added per step (median of pairs):",
                  "ok   ddp: collective time on the host timeline", "ok   fsdp: collective time on the host timeline",
+                 "ok   fsdp1: collective time on the host timeline",
                  "ok   exported collective phase:", "ok   benchmarks/hook_overhead.py ran",
                  "this machine's cold-code penalty:", "device-check: all checks passed"):
         assert line in out, out

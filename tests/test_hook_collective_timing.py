@@ -256,9 +256,11 @@ def test_a_backend_that_cannot_be_told_leaves_the_collective_untimed_not_failed(
     assert timed_launch(watches.for_group(object()), lambda: None) is None
 
 
-def test_a_ddp_model_instrumented_again_times_into_the_new_sessions_clock(tmp_path: Any) -> None:
-    """A second session on the same DDP model (after close(), a second Lightning fit): DDP keeps the comm
-    hook registered by the first, which must now time into the new session's clock, not the closed one's."""
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp1"])
+def test_a_model_instrumented_again_times_into_the_new_sessions_clock(tmp_path: Any, wrapper: str) -> None:
+    """A second session on the same DDP or FSDP1 model (after close(), a second Lightning fit): the model
+    keeps the comm hook set for the first, which must now time into the new session's clock, not the closed
+    one's. (FSDP1 on one rank runs NO_SHARD: all-reduces through the same communication hook.)"""
     import torch
     import torch.distributed as dist
 
@@ -267,7 +269,12 @@ def test_a_ddp_model_instrumented_again_times_into_the_new_sessions_clock(tmp_pa
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+        if wrapper == "ddp":
+            model: torch.nn.Module = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+        else:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            model = FullyShardedDataParallel(torch.nn.Linear(8, 1), device_id=torch.device("cpu"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         batches = [(torch.randn(4, 8), torch.randn(4, 1))] * 3
         for job in ("first", "second"):

@@ -63,9 +63,9 @@ def wait_for_steps(socket_path: Path, ranks: list[subprocess.Popen[str]], steps:
     assert len(seen) == RANKS and min(seen.values()) >= steps, f"ranks' steps after {timeout}s: {seen}"
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp1"])
 def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: str) -> None:
-    """DDP: the gradient all-reduce; FSDP2: the all-gathers and reduce-scatters."""
+    """DDP: the gradient all-reduce; FSDP2 and FSDP1: the all-gathers and reduce-scatters."""
     socket_path = tmp_path / "push.sock"
     stop = tmp_path / "stop"
     ranks = start_ranks(socket_path, stop, mode)
@@ -96,21 +96,25 @@ def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: s
     assert all(p.returncode == 0 for p in ranks), logs
 
 
-def run_short_job(order: str | None, steps: int = 4, mode: str = "ddp") -> list[dict[str, Any]]:
-    """Two gloo ranks of DDP with torch's fp16-compression hook registered by the user, ``order`` (before or
-    after) ``instrument()``, or none (or of FSDP2); each rank's result line (see tests/e2e_train.py)."""
+def run_short_job(order: str | None, steps: int = 4, mode: str = "ddp", *options: str,
+                  hooked: bool = True) -> list[dict[str, Any]]:
+    """Two gloo ranks of DDP (or FSDP1) with an fp16-compression hook registered by the user, ``order``
+    (before or after) ``instrument()``, or none (or of FSDP2); each rank's result line (see
+    tests/e2e_train.py). ``hooked=False``: the same job with the bottleneck hook switched off."""
     hook = ["--comm-hook", "fp16", "--hook-order", order] if order else []
-    return run_two_ranks([str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook])
+    return run_two_ranks([str(ROOT / "tests" / "e2e_train.py"), mode, "--steps", str(steps), *hook, *options],
+                         {} if hooked else {"BOTTLENECK_HOOK_DISABLE": "1"})
 
 
-def run_two_ranks(script: list[str]) -> list[dict[str, Any]]:
+def run_two_ranks(script: list[str], environment: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """``script`` run as the two ranks of a gloo job on this machine, to the end; each rank's result line."""
     port = str(free_port())
     ranks = [subprocess.Popen(
         [sys.executable, *script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "NODE_RANK": "0", "WORLD_SIZE": "2",
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo",
-             "BOTTLENECK_PUSH_ADDRESS": "off", "PYTHONPATH": str(ROOT)}) for rank in range(2)]
+             "BOTTLENECK_PUSH_ADDRESS": "off", "PYTHONPATH": str(ROOT), **(environment or {})})
+        for rank in range(2)]
     outputs = []
     for process in ranks:
         try:
@@ -158,3 +162,58 @@ def test_fsdp_all_gathers_and_reduce_scatters_are_both_timed() -> None:
     for result in results:
         assert result["fsdp_launches"]["all_gather"] > 0 and result["fsdp_launches"]["reduce_scatter"] > 0, result
         assert result["collective_seconds"] > 0, result
+
+
+def test_fsdp1_all_gathers_and_reduce_scatters_are_timed_and_train_as_without_the_hook() -> None:
+    """FSDP1 (FullyShardedDataParallel): the hook times each handle's all-gather and runs FSDP's own
+    reduce-scatter in its communication hook: the parameters after the steps are those of the same job
+    without the hook."""
+    results = run_short_job(None, 3, "fsdp1")
+    assert len(results) == 2, results
+    for result in results:
+        assert result["fsdp1_launches"]["all_gather"] > 0 and result["fsdp1_launches"]["reduce"] > 0, result
+        assert result["collective_seconds"] > 0, result
+    unhooked = run_short_job(None, 3, "fsdp1", hooked=False)
+    assert [r["collective_seconds"] for r in unhooked] == [None, None], unhooked
+    assert sorted(r["parameters"] for r in results) == sorted(r["parameters"] for r in unhooked)
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_users_fsdp1_comm_hook_runs_and_is_timed_only_when_registered_after_instrument(order: str) -> None:
+    results = run_short_job(order, 3, "fsdp1")
+    assert len(results) == 2, results
+    for result in results:
+        assert result["fp16_gradients"], result  # the user's hook did its work either way
+        assert result["fsdp1_launches"]["all_gather"] > 0, result
+        # Registered after instrument(): it replaced FSDP's default inside the hook's, and is timed; before:
+        # FSDP holds it and the hook leaves it alone.
+        assert (result["fsdp1_launches"]["reduce"] > 0) == (order == "after"), result
+
+
+def test_hsdp_all_gathers_are_timed_and_its_reductions_left_alone() -> None:
+    """FSDP1's hybrid sharding takes no communication hook: the all-gathers are timed, the reductions run
+    as FSDP runs them."""
+    results = run_short_job(None, 3, "fsdp1", "--sharding", "HYBRID_SHARD")
+    unhooked = run_short_job(None, 3, "fsdp1", "--sharding", "HYBRID_SHARD", hooked=False)
+    assert len(results) == 2, results
+    for result in results:
+        assert result["fsdp1_launches"] == {"all_gather": 3 * 4, "reduce": 0}, result
+        assert result["collective_seconds"] > 0, result
+    assert sorted(r["parameters"] for r in results) == sorted(r["parameters"] for r in unhooked)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp1"])
+def test_a_model_instrumented_inside_its_wrapper_has_the_wrappers_collectives_timed(mode: str) -> None:
+    """``instrument(model=inner)`` where DDP or FSDP1 wraps ``inner`` (as the Hugging Face Trainer hands its
+    callbacks the unwrapped model): the wrapper is found at the first forward."""
+    results = run_short_job(None, 3, mode, "--instrument", "unwrapped")
+    assert len(results) == 2, results
+    assert all(r["collective_seconds"] > 0 for r in results), results
+
+
+def test_huggingface_trainer_ddp_all_reduce_is_timed() -> None:
+    """The Trainer wraps the model in DDP and hands its callbacks the model inside."""
+    results = run_two_ranks([str(ROOT / "tests" / "huggingface_ddp_train.py")])
+    assert sorted(r["rank"] for r in results) == [0, 1], results
+    assert all(r["ddp"] and r["steps"] == 4 for r in results), results
+    assert all(isinstance(r["collective_seconds"], float) and r["collective_seconds"] > 0 for r in results), results

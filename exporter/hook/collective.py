@@ -7,8 +7,9 @@ completed), which includes the time spent waiting for the slowest peer to join::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
 
-Where the launches are seen: ``exporter.hook.collective_ddp`` (a DDP communication hook) and
-``exporter.hook.collective_fsdp`` (FSDP2's communication objects). How each launch is timed depends on the
+Where the launches are seen: ``exporter.hook.collective_ddp`` (a DDP communication hook),
+``exporter.hook.collective_fsdp`` (FSDP2's communication objects) and ``exporter.hook.collective_fsdp1``
+(FSDP1's flat-parameter all-gathers and its communication hook). How each launch is timed depends on the
 process group's backend, never by waiting on the device:
 
 - gloo: ``HostStopwatch``, ``perf_counter()`` at launch and at completion (the work's future, on whichever
@@ -31,6 +32,7 @@ import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from time import perf_counter
+from types import FrameType
 from typing import Any, Protocol
 
 from exporter.hook.timing import CudaEventLike
@@ -296,6 +298,22 @@ def timed_launch(watch: Stopwatch | None, launch: Callable[[], Any]) -> Any:
     return result
 
 
+def timed_call(watch: Stopwatch | None, call: Callable[[], Any]) -> Any:
+    """``call()``, a synchronous collective (completed when it returns on gloo, enqueued on the current
+    stream on NCCL), timed by ``watch``; its result is passed back. A failure of the timing is logged once
+    and never reaches training; the collective's own errors do."""
+    if watch is None:
+        return call()
+    try:
+        token = watch.start()
+    except Exception:
+        timing_failed()
+        return call()
+    result = call()
+    _stop_quietly(watch, token)
+    return result
+
+
 def _stop_quietly(watch: Stopwatch, token: Any) -> None:
     try:
         watch.stop(token)
@@ -312,12 +330,39 @@ def timing_failed() -> None:
         log.warning("bottleneck hook: timing a collective failed; the collective ran untimed", exc_info=True)
 
 
+def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
+    """From inside ``model``'s forward: the outermost DDP or FSDP1 module whose forward is running it, if
+    any. Who needs it: the Hugging Face Trainer hands its callbacks the unwrapped model, and a user may
+    instrument a model before wrapping it in DDP; neither wrapper can be reached from the model itself, but
+    its forward is on the stack. Read once per session (at the first training forward)."""
+    from exporter.hook import collective_fsdp1
+
+    parallel = sys.modules.get("torch.nn.parallel")
+    wrappers = tuple(t for t in (getattr(parallel, "DistributedDataParallel", None), collective_fsdp1.fsdp_class())
+                     if t is not None)
+    if not wrappers:
+        return None
+    found: Any = None
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(frames):
+        if frame is None:
+            break
+        code = frame.f_code
+        if code.co_argcount and code.co_varnames[0] == "self":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, wrappers) and owner is not found and any(m is model for m in owner.modules()):
+                found = owner  # farther up the stack: an outer FSDP1 module, the root
+        frame = frame.f_back
+    return found
+
+
 def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> bool:
-    """Time the collectives of ``model`` (DDP, or a model with FSDP2 modules); False when it has none that
-    the hook can time. Safe to call again for the same model."""
+    """Time the collectives of ``model`` (DDP, or a model with FSDP2 or FSDP1 modules); False when it has
+    none that the hook can time. Safe to call again for the same model."""
     if "torch" not in sys.modules:
         return False
-    from exporter.hook import collective_ddp, collective_fsdp
+    from exporter.hook import collective_ddp, collective_fsdp, collective_fsdp1
 
     watches = Stopwatches(clock, backend_of, gpu_event_factory)
-    return collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)
+    return (collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)
+            or collective_fsdp1.attach(watches, model))

@@ -1,0 +1,156 @@
+"""FSDP1's all-gathers and gradient reductions (``torch.distributed.fsdp.FullyShardedDataParallel``).
+
+FSDP1 launches its collectives as plain synchronous ``torch.distributed`` calls (on gloo they return when the
+collective has; on NCCL once it is enqueued on FSDP's stream), from two places:
+
+- the all-gather of each flat parameter, in its ``FlatParamHandle._all_gather_flat_param`` (private): the
+  hook replaces that method on each handle instance with one that times the call
+  (``exporter.hook.collective.timed_call``);
+- the gradient reduction (reduce-scatter, or all-reduce under ``NO_SHARD``), through FSDP's one
+  communication hook (what ``FullyShardedDataParallel.register_comm_hook`` sets): the hook sets one that
+  runs FSDP's own default (``reduce_scatter_hook`` / ``allreduce_hook``: the same pre- and post-division,
+  the same collective), timed. A hook the user registers afterwards, through the root's
+  ``register_comm_hook``, replaces the default inside ours instead of FSDP refusing a second one.
+
+Not timed: the reduction under HSDP (``HYBRID_SHARD``: FSDP refuses communication hooks there, and its
+all-reduce across replicas has no hook point at all; its all-gathers are timed), a communication hook the user
+registered before the hook saw the model (logged), a model whose FSDP1 modules have no FSDP1 root (each is
+then a root of its own), and everything when this torch's FSDP has no flat-parameter handles where expected
+(logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from exporter.hook.collective import Stopwatches, timed_call
+
+log = logging.getLogger("exporter.hook")
+
+_ATTACHED = "_bottleneck_fsdp1_comm_hook"
+
+
+def fsdp_class() -> Any:
+    """``FullyShardedDataParallel``, if torch's FSDP was imported (the hook never imports it itself)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return getattr(fsdp, "FullyShardedDataParallel", None)
+
+
+class TimedAllGather:
+    """A handle's ``_all_gather_flat_param``, timed."""
+
+    def __init__(self, original: Any, watches: Stopwatches, group: Any) -> None:
+        self.original, self.watches, self.group = original, watches, group
+        self.launches = 0  # what a test or a debugging session reads to see that FSDP calls us
+
+    def __call__(self, padded_unsharded_flat_param: Any) -> Any:
+        self.launches += 1
+        return timed_call(self.watches.for_group(self.group), lambda: self.original(padded_unsharded_flat_param))
+
+
+class TimedReduction:
+    """FSDP1's communication hook: the one in force (FSDP's default, or the user's), timed. Its signature is
+    FSDP's: ``(state, grad)`` under ``NO_SHARD``, ``(state, grad, output)`` when sharded."""
+
+    def __init__(self, watches: Stopwatches, group: Any) -> None:
+        from torch.distributed.algorithms._comm_hooks import default_hooks
+
+        self.watches, self.group = watches, group
+        self.hook: Any = None  # None: FSDP's default, reduce_scatter_hook or allreduce_hook
+        self.state: Any = default_hooks.DefaultState(group)
+        self._default = default_hooks
+        self.user_registered = False
+        self.launches = 0
+
+    def __call__(self, state: Any, grad: Any, output: Any = None) -> None:
+        self.launches += 1
+        hook = self.hook
+        if hook is None:
+            hook = self._default.allreduce_hook if output is None else self._default.reduce_scatter_hook
+        arguments = (self.state, grad) if output is None else (self.state, grad, output)
+        timed_call(self.watches.for_group(self.group), lambda: hook(*arguments))
+
+
+def attach(watches: Stopwatches, model: Any) -> bool:
+    """Time the collectives of ``model``, an FSDP1 module (the root, in practice), and of the FSDP1 modules
+    under it; True if any are timed. A model that is not itself FSDP1 but has FSDP1 modules inside is left
+    alone: only its root may take a communication hook, and which module becomes the root is decided at the
+    first forward (the session finds it on the stack then, ``exporter.hook.collective.enclosing_wrapper``)."""
+    fsdp = fsdp_class()
+    if fsdp is None or not isinstance(model, fsdp):
+        return False
+    try:
+        found = [m._handle for m in model.modules() if isinstance(m, fsdp) and m._handle is not None]
+    except Exception:
+        log.info("bottleneck hook: this torch's FSDP1 has no flat-parameter handles where expected; its "
+                 "collectives are not timed", exc_info=True)
+        return False
+    timed = False
+    for handle in found:
+        current = handle.__dict__.get("_all_gather_flat_param")
+        if isinstance(current, TimedAllGather):
+            current.watches = watches  # attached already: a new session's clock
+            timed = True
+        elif not getattr(handle, "_use_fake_all_gather", False) and watches.for_group(handle.process_group) is not None:
+            handle._all_gather_flat_param = TimedAllGather(handle._all_gather_flat_param, watches,
+                                                           handle.process_group)
+            timed = True
+    return _attach_reduction(watches, model, fsdp) or timed
+
+
+def launches(model: Any) -> dict[str, int]:
+    """All-gathers and gradient reductions timed so far on ``model``'s FSDP1 modules."""
+    counts = {"all_gather": 0, "reduce": 0}
+    fsdp = fsdp_class()
+    if fsdp is None:
+        return counts
+    for module in model.modules():
+        if isinstance(module, fsdp):
+            gather = module._handle.__dict__.get("_all_gather_flat_param") if module._handle else None
+            counts["all_gather"] += getattr(gather, "launches", 0)
+            counts["reduce"] += getattr(module.__dict__.get(_ATTACHED), "launches", 0)
+    return counts
+
+
+def _attach_reduction(watches: Stopwatches, root: Any, fsdp: Any) -> bool:
+    attached = root.__dict__.get(_ATTACHED)
+    if attached is not None:
+        attached.watches = watches
+        return True
+    from torch.distributed.fsdp import ShardingStrategy
+
+    states = [m for m in root.modules() if isinstance(m, fsdp)]
+    if any(s.sharding_strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+           for s in states):
+        log.info("bottleneck hook: FSDP's hybrid sharding (HSDP) takes no communication hook: its gradient "
+                 "reductions are not timed (its all-gathers are)")
+        return False
+    if any(s._comm_hook is not None for s in states):
+        log.info("bottleneck hook: the FSDP model's communication hook was registered before the hook saw the "
+                 "model, so its gradient reductions are not timed; call instrument() before register_comm_hook()")
+        return False
+    if any(getattr(s._handle, "_use_fake_reduce", False) for s in states):
+        return False
+    group = root.process_group
+    if watches.for_group(group) is None:
+        return False
+    reduction = TimedReduction(watches, group)
+    # What FSDP's register_comm_hook does, without its check that ``root`` is the root: that check runs
+    # FSDP's lazy initialization, which, before the first forward, would make root whatever module it is
+    # called on.
+    for state in states:
+        state._comm_hook, state._comm_hook_state = reduction, reduction.state
+
+    def register_comm_hook(state: object, hook: Any) -> None:
+        """FSDP's ``register_comm_hook``, made to swap the hook the bottleneck hook times."""
+        if reduction.user_registered:
+            raise AssertionError("A communication hook is already registered")
+        if not callable(hook):
+            raise ValueError(f"The communication hook must be callable but got {hook}")
+        reduction.hook, reduction.state, reduction.user_registered = hook, state, True
+
+    root.__dict__["register_comm_hook"] = register_comm_hook
+    root.__dict__[_ATTACHED] = reduction
+    return True
