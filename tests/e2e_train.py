@@ -14,7 +14,8 @@
         all-gathers the parameters and reduce-scatters the gradients (the table's dominate).
     python tests/e2e_train.py fsdp1 --stop-file PATH [--embedding ROWS] [--sharding NO_SHARD|HYBRID_SHARD|...]
         the same job under FSDP1 (``FullyShardedDataParallel`` around the table, the layers and the root),
-        FULL_SHARD unless --sharding names another of its strategies.
+        FULL_SHARD unless --sharding names another of its strategies; --local-head puts the last layer on a
+        process group of each rank alone (its gradients stay local).
     python tests/e2e_train.py ddp|fsdp1 --steps N --comm-hook fp16 --hook-order before|after
         DDP (or FSDP1) with the user's own communication hook (torch's fp16 compression), registered before
         or after ``instrument()``; trains N steps, then prints ``result {json}``: whether the gradients
@@ -47,10 +48,11 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Samples(Dataset):
-    """Ready-made samples; ``item_seconds`` of waiting per sample while ``cause_file`` exists."""
+    """Ready-made samples (each rank its own: ``seed``); ``item_seconds`` of waiting per sample while
+    ``cause_file`` exists."""
 
-    def __init__(self, size: int, item_seconds: float = 0.0, cause_file: str | None = None) -> None:
-        generator = torch.Generator().manual_seed(0)
+    def __init__(self, size: int, item_seconds: float = 0.0, cause_file: str | None = None, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
         self.x, self.y = torch.randn(size, 16, generator=generator), torch.randn(size, 1, generator=generator)
         self.item_seconds, self.cause_file = item_seconds, cause_file
 
@@ -133,10 +135,13 @@ def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, obj
             "parameters": [round(p.detach().double().sum().item(), 9) for p in model.parameters()]}
 
 
-def fsdp1(local: Model, sharding: str) -> torch.nn.Module:
-    """``local`` under FSDP1: the table and each layer with parameters wrapped, then the root."""
+def fsdp1(local: Model, sharding: str, local_head: bool = False) -> torch.nn.Module:
+    """``local`` under FSDP1: the table and each layer with parameters wrapped, then the root. With
+    ``local_head`` the last layer is an FSDP module on a process group of this rank alone: its gradients
+    stay local (a module kept per rank)."""
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
+    alone = [dist.new_group([rank]) for rank in range(dist.get_world_size())][dist.get_rank()]  # by every rank
     options: dict[str, object] = {"device_id": torch.device("cpu"), "sharding_strategy": ShardingStrategy[sharding]}
     if sharding.startswith(("HYBRID", "_HYBRID")):  # one replica, sharded over every rank
         from torch.distributed.device_mesh import init_device_mesh
@@ -147,7 +152,8 @@ def fsdp1(local: Model, sharding: str) -> torch.nn.Module:
         local.table = FullyShardedDataParallel(local.table, **options)
     for index, layer in enumerate(local.net):
         if any(True for _ in layer.parameters()):
-            local.net[index] = FullyShardedDataParallel(layer, **options)
+            head = local_head and index == len(local.net) - 1
+            local.net[index] = FullyShardedDataParallel(layer, **options, **({"process_group": alone} if head else {}))
     return FullyShardedDataParallel(local, **options)
 
 
@@ -187,6 +193,7 @@ def main() -> int:
     parser.add_argument("--hook-order", choices=["before", "after"], default="after")
     parser.add_argument("--sharding", default="FULL_SHARD", help="FSDP1's ShardingStrategy")
     parser.add_argument("--instrument", choices=["wrapper", "unwrapped"], default="wrapper")
+    parser.add_argument("--local-head", action="store_true", help="fsdp1: the last layer on this rank's own group")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # several ranks share a small test machine
@@ -198,7 +205,7 @@ def main() -> int:
         rank = dist.get_rank()
         slow = rank == args.slow_rank
         local = Model(args.slow_seconds if slow and not args.between_seconds else 0, args.embedding)
-        loader = DataLoader(Samples(256), batch_size=8, num_workers=0)
+        loader = DataLoader(Samples(256, seed=rank), batch_size=8, num_workers=0)
         register = None
         if args.mode == "fsdp":
             from torch.distributed.fsdp import fully_shard
@@ -208,7 +215,7 @@ def main() -> int:
                     fully_shard(module)
             model: torch.nn.Module = fully_shard(local)
         elif args.mode == "fsdp1":
-            model = fsdp1(local, args.sharding)
+            model = fsdp1(local, args.sharding, args.local_head)
         else:
             model = torch.nn.parallel.DistributedDataParallel(local)
         if args.comm_hook:

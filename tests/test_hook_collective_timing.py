@@ -284,9 +284,84 @@ def test_a_model_instrumented_again_times_into_the_new_sessions_clock(tmp_path: 
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 optimizer.step()
             assert session.collectives is not None and session.collectives.seconds() > 0, job
+            if wrapper == "fsdp1":  # one rank runs no all-gather: its timer, read directly, follows too
+                gather = model._handle.__dict__["_all_gather_flat_param"]
+                assert gather.watches.clock is session.collectives, job
             session.close()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def one_rank(tmp_path: Any) -> Any:
+    """A one-rank gloo process group for the test."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_users_fsdp1_low_precision_hook_is_still_one_to_fsdp(one_rank: None) -> None:
+    """torch's fp16 compression hook registered after instrument() runs inside the hook's timed one; FSDP
+    must still see it as a low-precision hook (it then leaves the casts to it), and a second one is refused
+    as FSDP refuses it."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms._comm_hooks import default_hooks
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp._runtime_utils import _low_precision_hook_enabled
+
+    from exporter.hook import instrument
+    from exporter.hook.session import Session
+
+    model = FullyShardedDataParallel(torch.nn.Sequential(
+        FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=torch.device("cpu")), torch.nn.Linear(8, 1)),
+        device_id=torch.device("cpu"))
+    session = Session(address="off", job="low-precision")
+    instrument([], model=model, session=session)
+    units = FullyShardedDataParallel.fsdp_modules(model)
+    assert len(units) == 2 and not any(_low_precision_hook_enabled(unit) for unit in units)
+    model.register_comm_hook(default_hooks.LowPrecisionState(dist.group.WORLD), default_hooks.fp16_compress_hook)
+    assert all(_low_precision_hook_enabled(unit) for unit in units)
+    assert all(isinstance(unit._comm_hook_state, default_hooks.LowPrecisionState) for unit in units)
+    with pytest.raises(AssertionError, match="already registered"):
+        model.register_comm_hook(default_hooks.DefaultState(dist.group.WORLD), default_hooks.allreduce_hook)
+    session.close()
+
+
+def test_the_wrapper_running_a_model_is_found_from_inside_its_forward(one_rank: None) -> None:
+    """enclosing_wrapper: the outermost DDP or FSDP1 module whose forward runs the model (an FSDP1 root
+    around a nested unit), or None when the model runs on its own."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from exporter.hook.collective import enclosing_wrapper
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+            self.found: list[Any] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.found.append(enclosing_wrapper(self))
+            return self.layer(x)
+
+    probe = Probe()
+    x = torch.randn(2, 4)
+    probe(x)
+    ddp = torch.nn.parallel.DistributedDataParallel(probe)
+    ddp(x)
+    other = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    torch.nn.Sequential(other, probe)(torch.randn(2, 4))  # a wrapper ran before, not around it
+    assert probe.found == [None, ddp, None]
+
+    nested = Probe()
+    unit = FullyShardedDataParallel(nested, device_id=torch.device("cpu"))
+    root = FullyShardedDataParallel(torch.nn.Sequential(unit), device_id=torch.device("cpu"))
+    root(x)
+    assert nested.found == [root]
 
 
 def test_a_collective_read_back_after_a_later_one_still_counts_its_time() -> None:
@@ -317,3 +392,33 @@ def test_the_clocks_memory_of_past_intervals_is_bounded_and_never_double_counts(
     # and the one after the last.
     kept_gaps = CollectiveClock.KEPT_INTERVALS * 0.5 + 0.5
     assert clock.seconds() == pytest.approx(500.0 + kept_gaps)
+
+
+def test_looking_for_a_wrapper_keeps_nothing_of_the_training_loop_alive(one_rank: None) -> None:
+    """The look up the stack at the first forward reads only the wrappers' own frames: a training loop's
+    locals (here: a method's) are not snapshotted onto its frame, where they would outlive the loop's del."""
+    import torch
+
+    from exporter.hook import instrument
+    from exporter.hook.session import Session
+
+    class Marker:  # what the loop moved past: a batch, its outputs
+        pass
+
+    class Loop:
+        def run(self, session: Session) -> list[bool]:
+            model = torch.nn.Linear(4, 1)
+            refs = []
+            for x in instrument([torch.randn(2, 4) for _ in range(3)], model=model, session=session):
+                marker = Marker()
+                refs.append(weakref.ref(marker))
+                model(x).sum().backward()
+                del marker
+            gc.collect()
+            return [ref() is not None for ref in refs]  # while the loop's frame is still there
+
+    session = Session(address="off", job="loop")
+    alive = Loop().run(session)
+    session.close()
+    assert alive == [False, False, False]
+

@@ -164,16 +164,18 @@ def test_fsdp_all_gathers_and_reduce_scatters_are_both_timed() -> None:
         assert result["collective_seconds"] > 0, result
 
 
-def test_fsdp1_all_gathers_and_reduce_scatters_are_timed_and_train_as_without_the_hook() -> None:
+@pytest.mark.parametrize("layout", [[], ["--local-head"]], ids=["one-group", "a-module-kept-local"])
+def test_fsdp1_all_gathers_and_reduce_scatters_are_timed_and_train_as_without_the_hook(layout: list[str]) -> None:
     """FSDP1 (FullyShardedDataParallel): the hook times each handle's all-gather and runs FSDP's own
-    reduce-scatter in its communication hook: the parameters after the steps are those of the same job
-    without the hook."""
-    results = run_short_job(None, 3, "fsdp1")
+    reduce-scatter in its communication hook, each module on its own process group (a module kept local
+    has its gradients left local, not averaged over the root's group): the parameters after the steps are
+    those of the same job without the hook (each rank trains on data of its own)."""
+    results = run_short_job(None, 3, "fsdp1", *layout)
     assert len(results) == 2, results
     for result in results:
         assert result["fsdp1_launches"]["all_gather"] > 0 and result["fsdp1_launches"]["reduce"] > 0, result
         assert result["collective_seconds"] > 0, result
-    unhooked = run_short_job(None, 3, "fsdp1", hooked=False)
+    unhooked = run_short_job(None, 3, "fsdp1", *layout, hooked=False)
     assert [r["collective_seconds"] for r in unhooked] == [None, None], unhooked
     assert sorted(r["parameters"] for r in results) == sorted(r["parameters"] for r in unhooked)
 

@@ -277,9 +277,11 @@ def backend_of(group: Any) -> str:
     return str(dist.get_backend(group)).lower()
 
 
-def timed_launch(watch: Stopwatch | None, launch: Callable[[], Any]) -> Any:
-    """``launch()`` (a collective returning a ``Work``, or None once it has completed), timed by ``watch``.
-    A failure of the timing is logged once and never reaches training; the collective's own errors do."""
+def timed_launch(watch: Stopwatch | None, launch: Callable[[], Any], synchronous: bool = False) -> Any:
+    """``launch()``, a collective, timed by ``watch``: until the future of the ``Work`` it returns completes,
+    or, when it is ``synchronous`` (or returns None), until it returns: on gloo it has completed then, on NCCL
+    it is enqueued on the current stream, where the stop event follows it. Its result is passed back. A
+    failure of the timing is logged once and never reaches training; the collective's own errors do."""
     if watch is None:
         return launch()
     try:
@@ -289,28 +291,12 @@ def timed_launch(watch: Stopwatch | None, launch: Callable[[], Any]) -> Any:
         return launch()
     result = launch()
     try:
-        if result is None:
+        if synchronous or result is None:
             watch.stop(token)
         else:
             result.get_future().then(lambda _: _stop_quietly(watch, token))
     except Exception:
         timing_failed()
-    return result
-
-
-def timed_call(watch: Stopwatch | None, call: Callable[[], Any]) -> Any:
-    """``call()``, a synchronous collective (completed when it returns on gloo, enqueued on the current
-    stream on NCCL), timed by ``watch``; its result is passed back. A failure of the timing is logged once
-    and never reaches training; the collective's own errors do."""
-    if watch is None:
-        return call()
-    try:
-        token = watch.start()
-    except Exception:
-        timing_failed()
-        return call()
-    result = call()
-    _stop_quietly(watch, token)
     return result
 
 
@@ -334,23 +320,26 @@ def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
     """From inside ``model``'s forward: the outermost DDP or FSDP1 module whose forward is running it, if
     any. Who needs it: the Hugging Face Trainer hands its callbacks the unwrapped model, and a user may
     instrument a model before wrapping it in DDP; neither wrapper can be reached from the model itself, but
-    its forward is on the stack. Read once per session (at the first training forward)."""
+    its forward is on the stack. Read once per session (at the first training forward). Only the frames of
+    the wrappers' own ``forward`` have their locals read: on Python 3.11 and 3.12 reading a frame's locals
+    leaves a snapshot of them on the frame, which would keep, say, the training loop's first batch alive."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
     from exporter.hook import collective_fsdp1
 
     parallel = sys.modules.get("torch.nn.parallel")
-    wrappers = tuple(t for t in (getattr(parallel, "DistributedDataParallel", None), collective_fsdp1.fsdp_class())
-                     if t is not None)
-    if not wrappers:
-        return None
+    wrappers = [t for t in (getattr(parallel, "DistributedDataParallel", None), collective_fsdp1.fsdp_class())
+                if t is not None]
+    forwards = {t.forward.__code__ for t in wrappers}
     found: Any = None
     frame: FrameType | None = sys._getframe(1)
     for _ in range(frames):
         if frame is None:
             break
-        code = frame.f_code
-        if code.co_argcount and code.co_varnames[0] == "self":
+        if frame.f_code in forwards:
             owner = frame.f_locals.get("self")
-            if isinstance(owner, wrappers) and owner is not found and any(m is model for m in owner.modules()):
+            if owner is not None and owner is not found and any(m is model for m in owner.modules()):
                 found = owner  # farther up the stack: an outer FSDP1 module, the root
         frame = frame.f_back
     return found

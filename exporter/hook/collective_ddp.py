@@ -78,7 +78,8 @@ def attach(watches: Stopwatches, model: Any) -> bool:
         return True
     if getattr(model, "_comm_hooks", None):
         log.info("bottleneck hook: the DDP model's communication hook was registered before the hook saw the "
-                 "model, so its collectives are not timed; call instrument() before register_comm_hook()")
+                 "model, so its collectives are not timed; pass the DDP model to instrument() and register "
+                 "your hook after it")
         return False
     if getattr(model, "_use_python_reducer", False):
         log.info("bottleneck hook: DDP's Python reducer (compiled autograd): collectives not timed")

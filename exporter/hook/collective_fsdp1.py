@@ -5,12 +5,13 @@ collective has; on NCCL once it is enqueued on FSDP's stream), from two places:
 
 - the all-gather of each flat parameter, in its ``FlatParamHandle._all_gather_flat_param`` (private): the
   hook replaces that method on each handle instance with one that times the call
-  (``exporter.hook.collective.timed_call``);
+  (``exporter.hook.collective.timed_launch``);
 - the gradient reduction (reduce-scatter, or all-reduce under ``NO_SHARD``), through FSDP's one
-  communication hook (what ``FullyShardedDataParallel.register_comm_hook`` sets): the hook sets one that
-  runs FSDP's own default (``reduce_scatter_hook`` / ``allreduce_hook``: the same pre- and post-division,
-  the same collective), timed. A hook the user registers afterwards, through the root's
-  ``register_comm_hook``, replaces the default inside ours instead of FSDP refusing a second one.
+  communication hook (what ``FullyShardedDataParallel.register_comm_hook`` sets on every FSDP module): the
+  hook sets one that runs FSDP's own default (``reduce_scatter_hook`` / ``allreduce_hook``, with each
+  module's own process group: the same pre- and post-division, the same collective), timed. A hook the user
+  registers afterwards, through the root's ``register_comm_hook``, replaces the default inside ours instead
+  of FSDP refusing a second one.
 
 Not timed: the reduction under HSDP (``HYBRID_SHARD``: FSDP refuses communication hooks there, and its
 all-reduce across replicas has no hook point at all; its all-gathers are timed), a communication hook the user
@@ -25,7 +26,7 @@ import logging
 import sys
 from typing import Any
 
-from exporter.hook.collective import Stopwatches, timed_call
+from exporter.hook.collective import Stopwatches, timed_launch
 
 log = logging.getLogger("exporter.hook")
 
@@ -38,7 +39,7 @@ def fsdp_class() -> Any:
     return getattr(fsdp, "FullyShardedDataParallel", None)
 
 
-class TimedAllGather:
+class TimedFlatParamAllGather:
     """A handle's ``_all_gather_flat_param``, timed."""
 
     def __init__(self, original: Any, watches: Stopwatches, group: Any) -> None:
@@ -47,30 +48,41 @@ class TimedAllGather:
 
     def __call__(self, padded_unsharded_flat_param: Any) -> Any:
         self.launches += 1
-        return timed_call(self.watches.for_group(self.group), lambda: self.original(padded_unsharded_flat_param))
+        return timed_launch(self.watches.for_group(self.group),
+                            lambda: self.original(padded_unsharded_flat_param), synchronous=True)
 
 
 class TimedReduction:
-    """FSDP1's communication hook: the one in force (FSDP's default, or the user's), timed. Its signature is
-    FSDP's: ``(state, grad)`` under ``NO_SHARD``, ``(state, grad, output)`` when sharded."""
+    """The communication hook of every FSDP1 module under a root: the hook in force (FSDP's default, or the
+    user's), run with the state FSDP passes (each module's own: its process group and division factors) and
+    timed on that state's group. Its signature is FSDP's: ``(state, grad)`` under ``NO_SHARD``,
+    ``(state, grad, output)`` when sharded."""
 
-    def __init__(self, watches: Stopwatches, group: Any) -> None:
-        from torch.distributed.algorithms._comm_hooks import default_hooks
+    def __init__(self, watches: Stopwatches, default_group: Any) -> None:
+        from torch.distributed.algorithms._comm_hooks.default_hooks import allreduce_hook, reduce_scatter_hook
 
-        self.watches, self.group = watches, group
-        self.hook: Any = None  # None: FSDP's default, reduce_scatter_hook or allreduce_hook
-        self.state: Any = default_hooks.DefaultState(group)
-        self._default = default_hooks
-        self.user_registered = False
+        self.watches = watches
+        self.default_group = default_group  # timing a user's hook whose state names no process group
+        self.hook: Any = None  # None: FSDP's default
+        self._defaults = (allreduce_hook, reduce_scatter_hook)
         self.launches = 0
 
     def __call__(self, state: Any, grad: Any, output: Any = None) -> None:
         self.launches += 1
-        hook = self.hook
-        if hook is None:
-            hook = self._default.allreduce_hook if output is None else self._default.reduce_scatter_hook
-        arguments = (self.state, grad) if output is None else (self.state, grad, output)
-        timed_call(self.watches.for_group(self.group), lambda: hook(*arguments))
+        hook = self._defaults[output is not None] if self.hook is None else self.hook
+        arguments = (state, grad) if output is None else (state, grad, output)
+        group = getattr(state, "process_group", None)
+        timed_launch(self.watches.for_group(self.default_group if group is None else group),
+                     lambda: hook(*arguments), synchronous=True)
+
+    # FSDP tells a low-precision hook (torch's fp16/bf16 compression, which casts the gradient itself, so
+    # FSDP must not) by ``state._comm_hook in LOW_PRECISION_HOOKS``, a comparison: ours compares equal to the
+    # user's hook it runs, so that FSDP treats it as that hook.
+    def __eq__(self, other: object) -> bool:
+        return other is self or (self.hook is not None and other is self.hook)
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 def attach(watches: Stopwatches, model: Any) -> bool:
@@ -90,12 +102,12 @@ def attach(watches: Stopwatches, model: Any) -> bool:
     timed = False
     for handle in found:
         current = handle.__dict__.get("_all_gather_flat_param")
-        if isinstance(current, TimedAllGather):
+        if isinstance(current, TimedFlatParamAllGather):
             current.watches = watches  # attached already: a new session's clock
             timed = True
         elif not getattr(handle, "_use_fake_all_gather", False) and watches.for_group(handle.process_group) is not None:
-            handle._all_gather_flat_param = TimedAllGather(handle._all_gather_flat_param, watches,
-                                                           handle.process_group)
+            handle._all_gather_flat_param = TimedFlatParamAllGather(handle._all_gather_flat_param, watches,
+                                                                    handle.process_group)
             timed = True
     return _attach_reduction(watches, model, fsdp) or timed
 
@@ -129,27 +141,32 @@ def _attach_reduction(watches: Stopwatches, root: Any, fsdp: Any) -> bool:
         return False
     if any(s._comm_hook is not None for s in states):
         log.info("bottleneck hook: the FSDP model's communication hook was registered before the hook saw the "
-                 "model, so its gradient reductions are not timed; call instrument() before register_comm_hook()")
+                 "model, so its gradient reductions are not timed; pass the FSDP model to instrument() and "
+                 "register your hook after it")
         return False
     if any(getattr(s._handle, "_use_fake_reduce", False) for s in states):
         return False
-    group = root.process_group
-    if watches.for_group(group) is None:
+    if watches.for_group(root.process_group) is None:
         return False
-    reduction = TimedReduction(watches, group)
-    # What FSDP's register_comm_hook does, without its check that ``root`` is the root: that check runs
-    # FSDP's lazy initialization, which, before the first forward, would make root whatever module it is
-    # called on.
+    from torch.distributed.algorithms._comm_hooks.default_hooks import DefaultState
+
+    reduction = TimedReduction(watches, root.process_group)
+    # What FSDP's register_comm_hook does, with each module's own process group (a module may shard over
+    # another group than the root's, or keep its gradients local), and without its check that ``root`` is
+    # the root: that check runs FSDP's lazy initialization, which, before the first forward, would make root
+    # whatever module it is called on.
     for state in states:
-        state._comm_hook, state._comm_hook_state = reduction, reduction.state
+        state._comm_hook, state._comm_hook_state = reduction, DefaultState(state.process_group)
 
     def register_comm_hook(state: object, hook: Any) -> None:
         """FSDP's ``register_comm_hook``, made to swap the hook the bottleneck hook times."""
-        if reduction.user_registered:
+        if reduction.hook is not None:
             raise AssertionError("A communication hook is already registered")
         if not callable(hook):
             raise ValueError(f"The communication hook must be callable but got {hook}")
-        reduction.hook, reduction.state, reduction.user_registered = hook, state, True
+        reduction.hook = hook
+        for fsdp_state in states:
+            fsdp_state._comm_hook_state = state
 
     root.__dict__["register_comm_hook"] = register_comm_hook
     root.__dict__[_ATTACHED] = reduction

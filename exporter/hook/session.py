@@ -349,17 +349,17 @@ class Session:
         self._handles.clear()
         self._optimizers.clear()
 
-    def time_collectives(self, model: Any, in_forward: bool = False) -> None:
+    def time_collectives(self, model: Any, find_wrapper: bool = False) -> None:
         """Time the collectives of a DDP or FSDP model (exporter.hook.collective); again at the first
-        forward (``in_forward``), for a model whose FSDP modules were wrapped after instrument(), or one a
-        DDP or FSDP1 wrapper runs that the hook was not handed (found on the stack)."""
+        forward, for a model whose FSDP modules were wrapped after instrument(), and with ``find_wrapper``
+        for one that a DDP or FSDP1 wrapper the hook was not handed runs (found on the stack)."""
         clock = self.collectives or collective.CollectiveClock()
         try:
             if collective.attach(clock, model):
                 self.collectives = clock
-            elif in_forward:
+            elif find_wrapper:
                 wrapper = collective.enclosing_wrapper(model)
-                if wrapper is not None and collective.attach(clock, wrapper):
+                if wrapper is not None and wrapper is not model and collective.attach(clock, wrapper):
                     self.collectives = clock
         except Exception:
             self.failed("attaching to the model's collectives")
@@ -368,7 +368,7 @@ class Session:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
         a CUDA device, and time the collectives of a DDP or FSDP model (exporter.hook.collective)."""
         self.device_checked = True
-        self.time_collectives(model, in_forward=True)
+        self.time_collectives(model, find_wrapper=True)
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
