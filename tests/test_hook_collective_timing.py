@@ -422,3 +422,27 @@ def test_looking_for_a_wrapper_keeps_nothing_of_the_training_loop_alive(one_rank
     session.close()
     assert alive == [False, False, False]
 
+
+def test_a_closed_sessions_clock_is_fed_no_more_while_the_model_trains_on(one_rank: None) -> None:
+    """DDP keeps the hook's communication hook after the session closed; the model's further collectives
+    run (the gradients are still all-reduced) but are not timed into a clock nobody reads."""
+    import torch
+
+    from exporter.hook import instrument
+    from exporter.hook.session import Session
+
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    batches = [(torch.randn(4, 8), torch.randn(4, 1))] * 2
+    session = Session(address="off", job="closed")
+    for x, y in instrument(batches, model=model, session=session):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    clock = session.collectives
+    assert clock is not None and clock.seconds() > 0
+    session.close()
+    measured = clock.seconds()
+    for x, y in batches:
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        assert all(p.grad is not None for p in model.parameters())  # the all-reduce still ran
+    assert clock.seconds() == measured and not clock.log
+

@@ -66,13 +66,15 @@ class CollectiveClock:
         self._folding = threading.Lock()
         self.kind: str | None = None  # HOST or GPU, fixed by the first stopwatch
         self.gpu: GpuStopwatch | None = None
+        # Set when the session closes: DDP and FSDP keep the hook's communication hooks, and the model may
+        # train on; its collectives then run untimed (no CUDA event recorded for a clock nobody reads).
+        self.stopped = False
 
     def record(self, start: float, end: float) -> None:
         log = self.log
         log.extend((start, end))  # one call: gloo's threads may record at the same time
         if len(log) >= LOG_LIMIT:
-            # No datagram reads it (the hook's address is off, or the session closed while DDP keeps our
-            # comm hook): fold here, so memory stays bounded.
+            # No datagram reads it (the hook's address is off): fold here, so memory stays bounded.
             self._fold()
 
     def seconds(self) -> float:
@@ -236,6 +238,8 @@ class Stopwatches:
         self._by_group: weakref.WeakKeyDictionary[Any, Stopwatch | None] = weakref.WeakKeyDictionary()
 
     def for_group(self, group: Any) -> Stopwatch | None:
+        if self.clock.stopped:
+            return None
         try:  # (try, not contextlib.suppress: this runs at every collective launch)
             return self._by_group[group]
         except (KeyError, TypeError):  # TypeError: a group with no weak references

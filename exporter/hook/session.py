@@ -533,6 +533,8 @@ class Session:
                 self.gpu.harvest(self.gpu.pending_steps())
                 self.gpu.abandon_pending()
             self._send()
+        if self.collectives is not None:
+            self.collectives.stopped = True
         self._remove_hooks()
         self.transport.close()
 
