@@ -141,7 +141,6 @@ def fsdp1(local: Model, sharding: str, local_head: bool = False) -> torch.nn.Mod
     stay local (a module kept per rank)."""
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
-    alone = [dist.new_group([rank]) for rank in range(dist.get_world_size())][dist.get_rank()]  # by every rank
     options: dict[str, object] = {"device_id": torch.device("cpu"), "sharding_strategy": ShardingStrategy[sharding]}
     if sharding.startswith(("HYBRID", "_HYBRID")):  # one replica, sharded over every rank
         from torch.distributed.device_mesh import init_device_mesh
@@ -150,10 +149,12 @@ def fsdp1(local: Model, sharding: str, local_head: bool = False) -> torch.nn.Mod
                                                   mesh_dim_names=("replicate", "shard"))
     if local.table is not None:
         local.table = FullyShardedDataParallel(local.table, **options)
+    if local_head:  # every rank creates every group, as new_group requires
+        alone = [dist.new_group([rank]) for rank in range(dist.get_world_size())][dist.get_rank()]
+        local.net[-1] = FullyShardedDataParallel(local.net[-1], **options, process_group=alone)
     for index, layer in enumerate(local.net):
-        if any(True for _ in layer.parameters()):
-            head = local_head and index == len(local.net) - 1
-            local.net[index] = FullyShardedDataParallel(layer, **options, **({"process_group": alone} if head else {}))
+        if any(True for _ in layer.parameters()) and not isinstance(layer, FullyShardedDataParallel):
+            local.net[index] = FullyShardedDataParallel(layer, **options)
     return FullyShardedDataParallel(local, **options)
 
 
