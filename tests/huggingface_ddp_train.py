@@ -11,7 +11,6 @@ part of each step."""
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 
 import torch
@@ -64,5 +63,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
     exit_without_finalizing(0)  # a gloo job: see there
