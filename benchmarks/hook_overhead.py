@@ -1,6 +1,6 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
-    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer]
+    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer] [--parts]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
@@ -25,6 +25,9 @@ tensors landed in memory), which a single pair would read as the hook's cost. Pr
 - the same median for *unhooked* pairs of setups, which shows this machine's noise floor;
 - the hook's bookkeeping alone (its entry points in a loop with nothing else, warm caches): the floor of
   what it can add.
+
+``--parts`` adds each part of a datagram timed alone (the fold with the totals, one float's formatting, the
+whole formatting, the send), cold and warm as the two probes above: what each us of a datagram goes to.
 
 ``--without model`` / ``--without optimizer`` instrument the hooked setup without the forward wrapper or the
 optimizer hooks (without an optimizer each fetch ends a step): the difference says what that part costs.
@@ -198,6 +201,10 @@ class TimedTicks:
         else:
             self.folds.append(end - start)
 
+    def remove(self) -> None:
+        """The session's own ``_tick`` again: what runs after is not counted here."""
+        del self._session._tick
+
 
 def back_to_back(setup: Setup, session: Session, drain: socket.socket, datagrams: int = 40) -> tuple[float, float]:
     """Median seconds of a datagram sent right after a training step, and of one sent straight after that:
@@ -219,55 +226,78 @@ def back_to_back(setup: Setup, session: Session, drain: socket.socket, datagrams
 
 
 def train_for(setup: Setup, seconds: float) -> None:
-    """Unhooked training steps for ``seconds``: what runs between two datagrams."""
+    """Training steps for ``seconds``: what runs between two datagrams."""
     until = time.perf_counter() + seconds
     while time.perf_counter() < until:
         setup.step()
 
 
-def cold_code_penalty(setup: Setup, interval: float, probes: int = 5) -> tuple[float, float]:
-    """Median seconds of a tiny JSON dump (no hook code at all) run once per ``interval`` between unhooked
-    steps, as a datagram is, and of the same dump run again at once: what this machine charges any code that
-    runs once a second. On the 2-vCPU VMs this project is built on, code untouched for 0.1 s ran 100x slower
-    (no page faults, no context switches, thread CPU time = wall time), which a datagram pays like any other
-    code; compare the datagram's figure with this one, not with its warm cost."""
-    small = {"job": "bench", "rank": 0, "phase_seconds": {"forward": 1.0, "backward": 2.0}}
+def cold_and_warm(setup: Setup, interval: float, action: Callable[[int], object],
+                  probes: int = 5) -> tuple[float, float]:
+    """Median seconds of ``action(probe)`` run once per ``interval`` of ``setup``'s training steps, as a datagram
+    is, and of the same action run again at once: what this machine charges code and data left alone for one
+    datagram interval. On the 2-vCPU VMs this project is built on, Firecracker guests whose memory the
+    hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's command line), the cold run cost
+    5-10x the warm one (no page faults, no context switches, thread CPU time = wall time); a datagram pays
+    that like any other code, so compare its figure with these, not with its warm cost."""
     cold, warm = [], []
-    for _ in range(probes):
+    for probe in range(probes):
         train_for(setup, interval)
         start = time.perf_counter()
-        json.dumps(small)
+        action(probe)
         middle = time.perf_counter()
-        json.dumps(small)
+        action(probe)
         cold.append(middle - start)
         warm.append(time.perf_counter() - middle)
     return statistics.median(cold), statistics.median(warm)
 
 
+def cold_code_penalty(setup: Setup, interval: float) -> tuple[float, float]:
+    """A tiny JSON dump (no hook code at all), cold and warm (``cold_and_warm``)."""
+    small = {"job": "bench", "rank": 0, "phase_seconds": {"forward": 1.0, "backward": 2.0}}
+    return cold_and_warm(setup, interval, lambda probe: json.dumps(small))
+
+
 def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: int = 5) -> tuple[float, float]:
-    """Median seconds per page to write one byte in each of ``pages`` pages of memory left untouched for
-    ``interval`` of unhooked training steps (as a datagram's code and data are between datagrams), and to write
-    them again at once. The 2-vCPU VMs this project is built on are Firecracker guests whose memory the
-    hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's command line): there a page left alone
-    for a second of training steps cost 0.3-2.4 us on its next write against 0.06 us at once again (44 us
-    after a second of ``time.sleep``). Code that runs once a second pays such a toll for what it touches, the
-    datagram included; where the two figures are close, the datagram's own cost is what is printed."""
+    """Seconds per page to write one byte in each of ``pages`` pages of memory, cold and warm
+    (``cold_and_warm``): each probe its own pages, all mapped beforehand."""
     memory = bytearray(pages * 4096 * probes)
     for at in range(0, len(memory), 4096):
-        memory[at] = 1  # every page mapped before the probes
+        memory[at] = 1
 
-    def touch(probe: int) -> float:
-        start = time.perf_counter()
+    def touch(probe: int) -> None:
         for at in range(probe * pages * 4096, (probe + 1) * pages * 4096, 4096):
             memory[at] += 1
-        return (time.perf_counter() - start) / pages
 
-    cold, warm = [], []
-    for probe in range(probes):
-        train_for(setup, interval)
-        cold.append(touch(probe))
-        warm.append(touch(probe))
-    return statistics.median(cold), statistics.median(warm)
+    cold, warm = cold_and_warm(setup, interval, touch, probes)
+    return cold / pages, warm / pages
+
+
+def datagram_parts(setup: Setup, session: Session, drain: socket.socket) -> list[tuple[str, float, float]]:
+    """Each part of a datagram alone, cold and warm (``cold_and_warm``) between the hooked setup's own steps
+    (their marks pile up in the log as between datagrams; the session sends none meanwhile): what each us of
+    the datagram goes to, and how much of it this machine's toll on cold code is."""
+    session.due = float("inf")
+    data = session._datagram()
+    number = 0.1234567890123  # a phase total as the datagram formats it: its shortest repr
+
+    def send(probe: int) -> None:
+        # Five probes send ten datagrams, which the receiver's queue holds (net.unix.max_dgram_qlen is 10 by
+        # default, and a full queue refuses more): drained before this part, not between its sends.
+        if not session.transport.send(data):
+            raise RuntimeError("the receiving socket refused a datagram: its send was not measured")
+
+    parts: list[tuple[str, Callable[[int], object]]] = [
+        ("fold the log and read the totals", lambda probe: session.clock.totals()),
+        ("format one float", lambda probe: repr(number)),
+        ("format the datagram (totals included)", lambda probe: session._datagram()),
+        (f"send it ({len(data)} bytes)", send),
+    ]
+    measured = []
+    for name, action in parts:
+        _drain(drain)
+        measured.append((name, *cold_and_warm(setup, session.interval, action)))
+    return measured
 
 
 class Rounds:
@@ -314,6 +344,7 @@ class Datagrams:
             measured = Pairs(plain, hooked, 256, drain)
             self.lost += measured.lost_to(ticks.datagrams[sent:])
             self.pairs += 256
+        ticks.remove()
         self.sent = [end - start for start, end in ticks.datagrams]
         self.folds = ticks.folds
 
@@ -331,6 +362,8 @@ def main() -> None:
                         help="fresh pairs of setups the pairs are spread over (default: %(default)s)")
     parser.add_argument("--without", action="append", choices=("model", "optimizer"), default=[],
                         help="instrument the hooked setup without this part (repeatable)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time each part of a datagram alone, cold and warm (20 s more)")
     args = parser.parse_args()
     if not 1 <= args.rounds <= args.pairs:
         parser.error("--rounds must be at least 1 and at most --pairs")
@@ -347,6 +380,7 @@ def main() -> None:
         interval = session.interval
         datagrams = Datagrams(measured.plain, hooked, receiver)
         cold, warm = back_to_back(hooked, session, receiver)
+        parts = datagram_parts(hooked, session, receiver) if args.parts else []
         _close(hooked)
         noise = Rounds(lambda: Setup(None), args.pairs, args.rounds, receiver).added
         plain = Setup(None)
@@ -376,6 +410,11 @@ def main() -> None:
           f"steps: {penalty[0] * 1e6:.0f} us; at once again: {penalty[1] * 1e6:.1f} us (medians)")
     print(f"  this machine's page-touch penalty: a page of memory untouched for one datagram interval: "
           f"{pages[0] * 1e6:.2f} us to touch; at once again: {pages[1] * 1e6:.2f} us (medians of 64 pages)")
+    if parts:
+        print("  the datagram's parts, each alone once per datagram interval of hooked steps; at once again "
+              "(medians):")
+    for name, part_cold, part_warm in parts:
+        print(f"    {name}: {part_cold * 1e6:.1f} us; {part_warm * 1e6:.1f} us")
     if datagrams.folds:
         print(f"  folds between datagrams: {len(datagrams.folds)}, {statistics.median(datagrams.folds) * 1e6:.1f} us "
               f"each (median), {sum(datagrams.folds) / datagrams.pairs * 1e6:.2f} us per step")
