@@ -15,7 +15,8 @@
     python tests/e2e_train.py fsdp1 --stop-file PATH [--embedding ROWS] [--sharding NO_SHARD|HYBRID_SHARD|...]
         the same job under FSDP1 (``FullyShardedDataParallel`` around the table, the layers and the root),
         FULL_SHARD unless --sharding names another of its strategies; --local-head puts the last layer on a
-        process group of each rank alone (its gradients stay local).
+        process group of each rank alone (its gradients stay local); --no-root leaves the model itself
+        unwrapped (each wrapped layer is then a root of its own).
     python tests/e2e_train.py ddp|fsdp1 --steps N --comm-hook fp16 --hook-order before|after
         DDP (or FSDP1) with the user's own communication hook (torch's fp16 compression), registered before
         or after ``instrument()``; trains N steps, then prints ``result {json}``: whether the gradients
@@ -135,10 +136,11 @@ def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, obj
             "parameters": [round(p.detach().double().sum().item(), 9) for p in model.parameters()]}
 
 
-def fsdp1(local: Model, sharding: str, local_head: bool = False) -> torch.nn.Module:
-    """``local`` under FSDP1: the table and each layer with parameters wrapped, then the root. With
-    ``local_head`` the last layer is an FSDP module on a process group of this rank alone: its gradients
-    stay local (a module kept per rank)."""
+def fsdp1(local: Model, sharding: str, local_head: bool = False, root: bool = True) -> torch.nn.Module:
+    """``local`` under FSDP1: the table and each layer with parameters wrapped, then the root (unless not
+    ``root``: each wrapped layer is then a root of its own, as after Lightning's ``configure_model`` wrapping
+    layers by hand). With ``local_head`` the last layer is an FSDP module on a process group of this rank
+    alone: its gradients stay local (a module kept per rank)."""
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
     options: dict[str, object] = {"device_id": torch.device("cpu"), "sharding_strategy": ShardingStrategy[sharding]}
@@ -155,7 +157,7 @@ def fsdp1(local: Model, sharding: str, local_head: bool = False) -> torch.nn.Mod
     for index, layer in enumerate(local.net):
         if any(True for _ in layer.parameters()) and not isinstance(layer, FullyShardedDataParallel):
             local.net[index] = FullyShardedDataParallel(layer, **options)
-    return FullyShardedDataParallel(local, **options)
+    return FullyShardedDataParallel(local, **options) if root else local
 
 
 def fp16_compression(model: torch.nn.Module) -> Callable[[], None]:
@@ -195,6 +197,7 @@ def main() -> int:
     parser.add_argument("--sharding", default="FULL_SHARD", help="FSDP1's ShardingStrategy")
     parser.add_argument("--instrument", choices=["wrapper", "unwrapped"], default="wrapper")
     parser.add_argument("--local-head", action="store_true", help="fsdp1: the last layer on this rank's own group")
+    parser.add_argument("--no-root", action="store_true", help="fsdp1: the layers wrapped, the model not")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # several ranks share a small test machine
@@ -216,7 +219,7 @@ def main() -> int:
                     fully_shard(module)
             model: torch.nn.Module = fully_shard(local)
         elif args.mode == "fsdp1":
-            model = fsdp1(local, args.sharding, args.local_head)
+            model = fsdp1(local, args.sharding, args.local_head, not args.no_root)
         else:
             model = torch.nn.parallel.DistributedDataParallel(local)
         if args.comm_hook:

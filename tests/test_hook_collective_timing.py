@@ -17,6 +17,7 @@ from exporter.hook.collective import (
     GpuStopwatch,
     HostStopwatch,
     Stopwatches,
+    attach_roots,
     timed_launch,
 )
 
@@ -446,3 +447,52 @@ def test_a_closed_sessions_clock_is_fed_no_more_while_the_model_trains_on(one_ra
         assert all(p.grad is not None for p in model.parameters())  # the all-reduce still ran
     assert clock.seconds() == measured and not clock.log
 
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["layers-wrapped-by-hand", "the-strategys-root"])
+def test_lightning_times_the_fsdp1_roots_its_trainer_runs_and_only_those(one_rank: None, wrapped: bool) -> None:
+    """Lightning's FSDPStrategy (FSDP1) wraps the LightningModule in a root, unless configure_model wrapped
+    layers by hand: then it wraps nothing, and each wrapped layer is a root of its own. The hook times the
+    roots the trainer runs, never the layers under the strategy's root as roots. (The strategy refuses CPU,
+    so its callback is called here as Lightning calls it, with what it reads of the trainer: its model.)"""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from exporter.hook import collective_fsdp1
+    from exporter.hook.lightning import BottleneckCallback
+
+    cpu = torch.device("cpu")
+    module = torch.nn.Sequential(FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=cpu), torch.nn.ReLU(),
+                                 FullyShardedDataParallel(torch.nn.Linear(8, 1), device_id=cpu))
+    trainer_model = FullyShardedDataParallel(module, device_id=cpu) if wrapped else module
+    callback = BottleneckCallback(address="off", job="lightning-fsdp1")
+    callback.on_train_start(SimpleNamespace(model=trainer_model), module)
+    session = callback.session
+    assert session is not None and session.collectives is not None
+    roots = [trainer_model] if wrapped else [module[0], module[2]]
+    assert [m for m in trainer_model.modules() if collective_fsdp1._ATTACHED in m.__dict__] == roots
+
+    trainer_model(torch.randn(4, 8)).sum().backward()
+    assert collective_fsdp1.launches(trainer_model)["reduce"] > 0
+    assert session.collectives.seconds() > 0
+    session.close()
+
+
+def test_layers_under_a_root_that_ran_are_never_taken_for_roots(one_rank: None) -> None:
+    """The hook takes a model's outermost FSDP1 modules for roots only when nothing wraps the model. Once a
+    root has run, FSDP marks the modules under it as not roots, and the hook believes it over its caller."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from exporter.hook import collective_fsdp1
+
+    cpu = torch.device("cpu")
+    module = torch.nn.Sequential(FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=cpu), torch.nn.ReLU(),
+                                 FullyShardedDataParallel(torch.nn.Linear(8, 1), device_id=cpu))
+    root = FullyShardedDataParallel(module, device_id=cpu)
+    assert collective_fsdp1._outermost(module, FullyShardedDataParallel) == [module[0], module[2]]
+    root(torch.randn(4, 8)).sum().backward()
+    assert not attach_roots(CollectiveClock(), module)
+    assert not any(collective_fsdp1._ATTACHED in m.__dict__ for m in root.modules())

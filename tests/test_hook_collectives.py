@@ -164,12 +164,14 @@ def test_fsdp_all_gathers_and_reduce_scatters_are_both_timed() -> None:
         assert result["collective_seconds"] > 0, result
 
 
-@pytest.mark.parametrize("layout", [[], ["--local-head"]], ids=["one-group", "a-module-kept-local"])
+@pytest.mark.parametrize("layout", [[], ["--local-head"], ["--no-root"]],
+                         ids=["one-group", "a-module-kept-local", "layers-wrapped-model-not"])
 def test_fsdp1_all_gathers_and_reduce_scatters_are_timed_and_train_as_without_the_hook(layout: list[str]) -> None:
     """FSDP1 (FullyShardedDataParallel): the hook times each handle's all-gather and runs FSDP's own
     reduce-scatter in its communication hook, each module on its own process group (a module kept local
-    has its gradients left local, not averaged over the root's group): the parameters after the steps are
-    those of the same job without the hook (each rank trains on data of its own)."""
+    has its gradients left local, not averaged over the root's group), and each root's when the model itself
+    is not wrapped (its wrapped layers are roots of their own, found at the first forward): the parameters
+    after the steps are those of the same job without the hook (each rank trains on data of its own)."""
     results = run_short_job(None, 3, "fsdp1", *layout)
     assert len(results) == 2, results
     for result in results:

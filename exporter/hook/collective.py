@@ -359,3 +359,13 @@ def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], C
     watches = Stopwatches(clock, backend_of, gpu_event_factory)
     return (collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)
             or collective_fsdp1.attach(watches, model))
+
+
+def attach_roots(clock: CollectiveClock, model: Any) -> bool:
+    """For a model that nothing wraps: time the collectives of the FSDP1 modules inside it that no other
+    contains, roots of their own (``exporter.hook.collective_fsdp1.attach_roots``)."""
+    if "torch" not in sys.modules:
+        return False
+    from exporter.hook import collective_fsdp1
+
+    return collective_fsdp1.attach_roots(Stopwatches(clock, backend_of), model)

@@ -13,11 +13,14 @@ collective has; on NCCL once it is enqueued on FSDP's stream), from two places:
   registers afterwards, through the root's ``register_comm_hook``, replaces the default inside ours instead
   of FSDP refusing a second one.
 
+A model that is not FSDP1 itself but holds FSDP1 modules (layers wrapped by hand, as Lightning's
+``configure_model`` does, the model left as it is) has as many roots as outermost FSDP1 modules: each becomes
+a root at its first forward. ``attach_roots`` times each, once the caller knows that nothing wraps the model.
+
 Not timed: the reduction under HSDP (``HYBRID_SHARD``: FSDP refuses communication hooks there, and its
 all-reduce across replicas has no hook point at all; its all-gathers are timed), a communication hook the user
-registered before the hook saw the model (logged), a model whose FSDP1 modules have no FSDP1 root (each is
-then a root of its own), and everything when this torch's FSDP has no flat-parameter handles where expected
-(logged).
+registered before the hook saw the model (logged), and everything when this torch's FSDP has no
+flat-parameter handles where expected (logged).
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ class TimedReduction:
 def attach(watches: Stopwatches, model: Any) -> bool:
     """Time the collectives of ``model``, an FSDP1 module (the root, in practice), and of the FSDP1 modules
     under it; True if any are timed. A model that is not itself FSDP1 but has FSDP1 modules inside is left
-    alone: only its root may take a communication hook, and which module becomes the root is decided at the
-    first forward (the session finds it on the stack then, ``exporter.hook.collective.enclosing_wrapper``)."""
+    alone: only a root may take a communication hook, and which modules are roots is known only once the
+    model runs (a wrapper the hook was not handed may hold it, ``exporter.hook.collective.enclosing_wrapper``;
+    else ``attach_roots``)."""
     fsdp = fsdp_class()
     if fsdp is None or not isinstance(model, fsdp):
         return False
@@ -110,6 +114,32 @@ def attach(watches: Stopwatches, model: Any) -> bool:
                                                                     handle.process_group)
             timed = True
     return _attach_reduction(watches, model, fsdp) or timed
+
+
+def attach_roots(watches: Stopwatches, model: Any) -> bool:
+    """Time the collectives of the FSDP1 modules inside ``model`` that no other FSDP1 module contains, each
+    as a root; True if any are timed. Only for a model that nothing wraps (the caller knows it: found nothing
+    on the stack, or the framework says so): each of those modules is then a root of its own. Under a wrapper
+    the hook was not handed, they would not be, and the wrapper's root must take the hooks instead."""
+    fsdp = fsdp_class()
+    if fsdp is None or isinstance(model, fsdp):
+        return False
+    timed = False
+    for root in _outermost(model, fsdp):
+        timed = attach(watches, root) or timed
+    return timed
+
+
+def _outermost(module: Any, fsdp: Any) -> list[Any]:
+    """The FSDP1 modules under ``module`` that no other FSDP1 module under it contains, and that FSDP has not
+    already made part of another root's tree (``_is_root`` False: a root that ran holds it)."""
+    found = []
+    for child in module.children():
+        if not isinstance(child, fsdp):
+            found += _outermost(child, fsdp)
+        elif getattr(child, "_is_root", None) is not False:
+            found.append(child)
+    return found
 
 
 def launches(model: Any) -> dict[str, int]:

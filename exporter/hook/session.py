@@ -349,26 +349,34 @@ class Session:
         self._handles.clear()
         self._optimizers.clear()
 
-    def time_collectives(self, model: Any, find_wrapper: bool = False) -> None:
+    def time_collectives(self, model: Any, find_wrapper: bool = False, alone: bool = False) -> None:
         """Time the collectives of a DDP or FSDP model (exporter.hook.collective); again at the first
-        forward, for a model whose FSDP modules were wrapped after instrument(), and with ``find_wrapper``
-        for one that a DDP or FSDP1 wrapper the hook was not handed runs (found on the stack)."""
+        forward, for a model whose FSDP modules were wrapped after instrument(). From inside the model's
+        forward, ``find_wrapper`` looks on the stack for a DDP or FSDP1 wrapper the hook was not handed. When
+        nothing wraps the model (none found there, or ``alone``: the caller knows), the FSDP1 modules inside it
+        that no other contains are roots of their own, and theirs are timed."""
         clock = self.collectives or collective.CollectiveClock()
         try:
-            if collective.attach(clock, model):
-                self.collectives = clock
-            elif find_wrapper:
+            attached = collective.attach(clock, model)
+            if not attached and find_wrapper:
                 wrapper = collective.enclosing_wrapper(model)
-                if wrapper is not None and wrapper is not model and collective.attach(clock, wrapper):
-                    self.collectives = clock
+                alone = alone or wrapper is None
+                if wrapper is not None and wrapper is not model:
+                    attached = collective.attach(clock, wrapper)
+            if not attached and alone:
+                attached = collective.attach_roots(clock, model)
+            if attached:
+                self.collectives = clock
         except Exception:
             self.failed("attaching to the model's collectives")
 
-    def check_device(self, model: Any) -> None:
+    def check_device(self, model: Any, find_wrapper: bool = True) -> None:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
-        a CUDA device, and time the collectives of a DDP or FSDP model (exporter.hook.collective)."""
+        a CUDA device, and time the collectives of a DDP or FSDP model (exporter.hook.collective); with
+        ``find_wrapper`` (when called from inside the model's forward) also those of the wrapper running it,
+        or of its own FSDP1 roots when nothing does."""
         self.device_checked = True
-        self.time_collectives(model, find_wrapper=True)
+        self.time_collectives(model, find_wrapper=find_wrapper)
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
