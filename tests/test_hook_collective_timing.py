@@ -17,7 +17,7 @@ from exporter.hook.collective import (
     GpuStopwatch,
     HostStopwatch,
     Stopwatches,
-    attach_roots,
+    backend_of,
     timed_launch,
 )
 
@@ -494,5 +494,5 @@ def test_layers_under_a_root_that_ran_are_never_taken_for_roots(one_rank: None) 
     root = FullyShardedDataParallel(module, device_id=cpu)
     assert collective_fsdp1._outermost(module, FullyShardedDataParallel) == [module[0], module[2]]
     root(torch.randn(4, 8)).sum().backward()
-    assert not attach_roots(CollectiveClock(), module)
+    assert not collective_fsdp1.attach_roots(Stopwatches(CollectiveClock(), backend_of), module)
     assert not any(collective_fsdp1._ATTACHED in m.__dict__ for m in root.modules())

@@ -349,23 +349,16 @@ def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
     return found
 
 
-def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], CudaEventLike] | None = None) -> bool:
+def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], CudaEventLike] | None = None,
+           roots: bool = False) -> bool:
     """Time the collectives of ``model`` (DDP, or a model with FSDP2 or FSDP1 modules); False when it has
-    none that the hook can time. Safe to call again for the same model."""
+    none that the hook can time. With ``roots`` (the caller knows that nothing wraps the model), also those of
+    the FSDP1 modules inside it that no other contains: roots of their own
+    (``exporter.hook.collective_fsdp1.attach_roots``). Safe to call again for the same model."""
     if "torch" not in sys.modules:
         return False
     from exporter.hook import collective_ddp, collective_fsdp, collective_fsdp1
 
     watches = Stopwatches(clock, backend_of, gpu_event_factory)
     return (collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)
-            or collective_fsdp1.attach(watches, model))
-
-
-def attach_roots(clock: CollectiveClock, model: Any) -> bool:
-    """For a model that nothing wraps: time the collectives of the FSDP1 modules inside it that no other
-    contains, roots of their own (``exporter.hook.collective_fsdp1.attach_roots``)."""
-    if "torch" not in sys.modules:
-        return False
-    from exporter.hook import collective_fsdp1
-
-    return collective_fsdp1.attach_roots(Stopwatches(clock, backend_of), model)
+            or collective_fsdp1.attach(watches, model) or (roots and collective_fsdp1.attach_roots(watches, model)))

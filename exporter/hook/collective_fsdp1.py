@@ -122,7 +122,9 @@ def attach_roots(watches: Stopwatches, model: Any) -> bool:
     on the stack, or the framework says so): each of those modules is then a root of its own. Under a wrapper
     the hook was not handed, they would not be, and the wrapper's root must take the hooks instead."""
     fsdp = fsdp_class()
-    if fsdp is None or isinstance(model, fsdp):
+    dist = sys.modules.get("torch.distributed")
+    # FSDP1 modules exist only in a process with a process group: a single-process job is left at once.
+    if fsdp is None or dist is None or not dist.is_initialized() or isinstance(model, fsdp):
         return False
     timed = False
     for root in _outermost(model, fsdp):
@@ -133,8 +135,8 @@ def attach_roots(watches: Stopwatches, model: Any) -> bool:
 def _outermost(module: Any, fsdp: Any) -> list[Any]:
     """The FSDP1 modules under ``module`` that no other FSDP1 module under it contains, and that FSDP has not
     already made part of another root's tree (``_is_root`` False: a root that ran holds it)."""
-    found = []
-    for child in module.children():
+    found: list[Any] = []
+    for child in getattr(module, "children", tuple)():
         if not isinstance(child, fsdp):
             found += _outermost(child, fsdp)
         elif getattr(child, "_is_root", None) is not False:

@@ -69,17 +69,16 @@ class _BottleneckCallbackLogic:
             except Exception:
                 return
         def start(session: Session) -> None:
-            # Not inside a forward: nothing to find on the stack, the trainer says what wraps the model.
-            session.check_device(pl_module, find_wrapper=False)
-            # The strategy's wrapper (DDP's DistributedDataParallel around the LightningModule) holds the
-            # gradient all-reduce: pl_module is the module inside it, which has no collectives of its own.
-            # Without one (FSDPStrategy wraps nothing when configure_model wrapped layers by hand), the
-            # module's outermost FSDP modules are roots of their own.
+            # Not inside a forward: nothing to find on the stack, the trainer says what wraps the model. The
+            # strategy's wrapper (DDP's DistributedDataParallel around the LightningModule) holds the gradient
+            # all-reduce: pl_module is the module inside it, which has no collectives of its own. Without one
+            # (FSDPStrategy wraps nothing when configure_model wrapped layers by hand), the module's outermost
+            # FSDP modules are roots of their own.
             wrapped = getattr(trainer, "model", None)
-            if wrapped is not None and wrapped is not pl_module:
+            alone = wrapped is None or wrapped is pl_module
+            session.check_device(pl_module, find_wrapper=False, alone=alone)
+            if not alone:
                 session.time_collectives(wrapped)
-            else:
-                session.time_collectives(pl_module, alone=True)
 
         self._guard("on_train_start", start)
 

@@ -357,26 +357,25 @@ class Session:
         that no other contains are roots of their own, and theirs are timed."""
         clock = self.collectives or collective.CollectiveClock()
         try:
-            attached = collective.attach(clock, model)
-            if not attached and find_wrapper:
+            wrapper = None
+            if find_wrapper and not alone:
                 wrapper = collective.enclosing_wrapper(model)
-                alone = alone or wrapper is None
-                if wrapper is not None and wrapper is not model:
-                    attached = collective.attach(clock, wrapper)
-            if not attached and alone:
-                attached = collective.attach_roots(clock, model)
+                alone = wrapper is None
+            attached = collective.attach(clock, model, roots=alone)
+            if not attached and wrapper is not None and wrapper is not model:
+                attached = collective.attach(clock, wrapper)
             if attached:
                 self.collectives = clock
         except Exception:
             self.failed("attaching to the model's collectives")
 
-    def check_device(self, model: Any, find_wrapper: bool = True) -> None:
+    def check_device(self, model: Any, find_wrapper: bool = True, alone: bool = False) -> None:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
         a CUDA device, and time the collectives of a DDP or FSDP model (exporter.hook.collective); with
         ``find_wrapper`` (when called from inside the model's forward) also those of the wrapper running it,
-        or of its own FSDP1 roots when nothing does."""
+        or of its own FSDP1 roots when nothing does (``alone``: the caller knows nothing does)."""
         self.device_checked = True
-        self.time_collectives(model, find_wrapper=find_wrapper)
+        self.time_collectives(model, find_wrapper=find_wrapper, alone=alone)
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
