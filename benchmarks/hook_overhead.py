@@ -232,17 +232,20 @@ def train_for(setup: Setup, seconds: float) -> None:
         setup.step()
 
 
-def cold_and_warm(setup: Setup, interval: float, action: Callable[[int], object],
-                  probes: int = 5) -> tuple[float, float]:
+def cold_and_warm(setup: Setup, interval: float, action: Callable[[int], object], probes: int = 5,
+                  prepare: Callable[[], object] | None = None) -> tuple[float, float]:
     """Median seconds of ``action(probe)`` run once per ``interval`` of ``setup``'s training steps, as a datagram
-    is, and of the same action run again at once: what this machine charges code and data left alone for one
-    datagram interval. On the 2-vCPU VMs this project is built on, Firecracker guests whose memory the
-    hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's command line), the cold run cost
-    5-10x the warm one (no page faults, no context switches, thread CPU time = wall time); a datagram pays
-    that like any other code, so compare its figure with these, not with its warm cost."""
+    is (after ``prepare()``, untimed), and of the same action run again at once: what this machine charges
+    code and data left alone for one datagram interval. On the 2-vCPU VMs this project is built on,
+    Firecracker guests whose memory the hypervisor maps with nested paging (``nested_pvm=1`` on the kernel's
+    command line), the cold run cost several times the warm one (no page faults, no context switches, thread
+    CPU time = wall time); a datagram pays that like any other code, so compare its figure with these, not
+    with its warm cost."""
     cold, warm = [], []
     for probe in range(probes):
         train_for(setup, interval)
+        if prepare is not None:
+            prepare()
         start = time.perf_counter()
         action(probe)
         middle = time.perf_counter()
@@ -275,8 +278,10 @@ def page_touch_penalty(setup: Setup, interval: float, pages: int = 64, probes: i
 
 def datagram_parts(setup: Setup, session: Session, drain: socket.socket) -> list[tuple[str, float, float]]:
     """Each part of a datagram alone, cold and warm (``cold_and_warm``) between the hooked setup's own steps
-    (their marks pile up in the log as between datagrams; the session sends none meanwhile): what each us of
-    the datagram goes to, and how much of it this machine's toll on cold code is."""
+    (the session sends no datagram meanwhile): what each us of the datagram goes to, and how much of it this
+    machine's toll on cold code is. Each cold run comes as a datagram does after fast steps: the step end
+    before it folded the log, so the part folds one step's marks (``session.DATAGRAM_FOLD_ENTRIES``); the
+    warm run folds none."""
     session.due = float("inf")
     data = session._datagram()
     number = 0.1234567890123  # a phase total as the datagram formats it: its shortest repr
@@ -293,10 +298,14 @@ def datagram_parts(setup: Setup, session: Session, drain: socket.socket) -> list
         ("format the datagram (totals included)", lambda probe: session._datagram()),
         (f"send it ({len(data)} bytes)", send),
     ]
+    def as_a_datagram_comes() -> None:
+        session.clock.fold()
+        setup.step()
+
     measured = []
     for name, action in parts:
         _drain(drain)
-        measured.append((name, *cold_and_warm(setup, session.interval, action)))
+        measured.append((name, *cold_and_warm(setup, session.interval, action, prepare=as_a_datagram_comes)))
     return measured
 
 

@@ -553,6 +553,42 @@ def test_datagrams_leave_at_step_ends_once_the_interval_passed_and_a_rank_that_s
     rx.close()
 
 
+def test_a_datagram_owed_after_many_marks_goes_one_step_later_after_a_short_fold(tmp_path):
+    """Fast steps pile up marks between datagrams. The step end that owes one folds them, and the next step
+    end sends it with a fold of its own step's marks only: no step pays for both the long fold and the
+    datagram. (Steps slower than the interval log a few marks each, and send at once: above.)"""
+    from exporter.hook.session import DATAGRAM_FOLD_ENTRIES
+
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(str(tmp_path / "rx.sock"))
+    rx.setblocking(False)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=1), model=model,
+                        optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", interval=3600)
+    session = loader.bottleneck_session
+    batches = iter(loader)
+
+    def step() -> None:
+        (batch,) = next(batches)
+        optimizer.zero_grad()
+        model(batch).sum().backward()
+        optimizer.step()
+
+    steps = 0
+    while len(session.clock.log) <= DATAGRAM_FOLD_ENTRIES:
+        step()
+        steps += 1
+    session.due = 0.0  # a datagram is owed from now on
+    step()
+    assert received(rx) == [] and session.clock.log == []  # folded, not sent
+    step()
+    assert [d.steps for d in received(rx)] == [steps + 2]
+    assert len(session.clock.log) == 0 and session.due > 3000
+    session.close()
+    rx.close()
+
+
 def test_a_long_run_without_datagrams_keeps_its_step_log_short():
     """The log is folded every FOLD_ENTRIES entries at a step end, not only when a datagram is due: a
     datagram's fold stays short, and so does memory with the address off."""

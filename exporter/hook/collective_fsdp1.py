@@ -174,7 +174,7 @@ def _attach_reduction(watches: Stopwatches, root: Any, fsdp: Any) -> bool:
     if any(s._comm_hook is not None for s in states):
         log.info("bottleneck hook: the FSDP model's communication hook was registered before the hook saw the "
                  "model, so its gradient reductions are not timed; pass the FSDP model to instrument() and "
-                 "register your hook after it")
+                 "register your hook after it (with layers wrapped and the model not: after the first step)")
         return False
     if any(getattr(s._handle, "_use_fake_reduce", False) for s in states):
         return False

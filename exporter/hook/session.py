@@ -56,6 +56,11 @@ DEFAULT_INTERVAL = 1.0
 # cost 3-6 us per step inside real steps (cold caches), of 1024 about 1 us; the datagram took about as long
 # either way (benchmarks/hook_overhead.py). See "Why the datagram is sent inline" in Session._tick.
 FOLD_ENTRIES = 1024
+# Log entries past which a step end that owes a datagram only folds, and leaves the datagram to the next step
+# end: a datagram folds at most this many entries itself (a few steps' marks), not up to FOLD_ENTRIES, which
+# took about 30 us warm (benchmarks/hook_overhead.py --parts). Steps slower than the datagram interval log far
+# fewer entries than this between datagrams, so their datagrams are never put off.
+DATAGRAM_FOLD_ENTRIES = 64
 
 Samples = int | float | Callable[[Any], Any] | None
 
@@ -501,20 +506,25 @@ class Session:
         }
 
     def _tick(self, now: float) -> None:
-        """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now.
+        """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now. With more
+        than DATAGRAM_FOLD_ENTRIES in the log, this step end folds it (and the collectives' log) and the next
+        one sends: no single step pays for both the long fold and the datagram.
 
         Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
         thread does the same work (a fold, formatting, sending) but must take the GIL from the
         training thread and give it back, and a hand-over can cost the training thread up to the
         interpreter's switch interval (5 ms). Measured with benchmarks/hook_overhead.py on a loaded 2-CPU
         machine, the training thread lost 1.8-6.8 ms per datagram to a sender thread, 0.8-4.8 ms inline
-        (medians 3.0 and 1.8 ms; docs/hook.md, "What it costs"). Folding every FOLD_ENTRIES log entries
-        keeps the inline fold short.
+        (medians 3.0 and 1.8 ms; docs/hook.md, "What it costs").
         """
+        due = now >= self.due
+        long = len(self.clock.log) > DATAGRAM_FOLD_ENTRIES
         self.clock.fold(wait=False)
-        if now >= self.due:
+        if due and not long:
             self.due = now + self.interval
             self._send()
+        elif due and self.collectives is not None:
+            self.collectives.seconds()
 
     def flush(self) -> None:
         """Send the totals now, on the calling thread (the end of training, tests)."""
