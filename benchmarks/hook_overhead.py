@@ -298,6 +298,7 @@ def datagram_parts(setup: Setup, session: Session, drain: socket.socket) -> list
         ("format the datagram (totals included)", lambda probe: session._datagram()),
         (f"send it ({len(data)} bytes)", send),
     ]
+
     def as_a_datagram_comes() -> None:
         session.clock.fold()
         setup.step()
