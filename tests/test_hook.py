@@ -523,24 +523,30 @@ def test_errors_sending_from_the_optimizer_hook_switch_the_hook_off_without_rais
     assert len(optimizers[-1]._optimizer_step_post_hooks) == 0
 
 
-def test_datagrams_leave_at_step_ends_once_the_interval_passed_and_a_rank_that_stops_stepping_falls_silent(
-        tmp_path):
+def pushing_loop(tmp_path: Any, batches: int, interval: float) -> tuple[socket.socket, Session, Callable[[], None]]:
+    """A receiving socket, and the session and one-step function of a tiny loop over ``batches`` batches that
+    pushes to it every ``interval`` seconds."""
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     rx.bind(str(tmp_path / "rx.sock"))
     rx.setblocking(False)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = instrument(DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4), model=model,
-                        optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", interval=0.05)
-    session = loader.bottleneck_session
-    batches = iter(loader)
+    loader = instrument(DataLoader(TensorDataset(torch.randn(batches, 4)), batch_size=1), model=model,
+                        optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", interval=interval)
+    iterator = iter(loader)
 
     def step() -> None:
-        (batch,) = next(batches)
+        (batch,) = next(iterator)
         optimizer.zero_grad()
         model(batch).sum().backward()
         optimizer.step()
 
+    return rx, loader.bottleneck_session, step
+
+
+def test_datagrams_leave_at_step_ends_once_the_interval_passed_and_a_rank_that_stops_stepping_falls_silent(
+        tmp_path):
+    rx, session, step = pushing_loop(tmp_path, 2, interval=0.05)
     step()
     received(rx)  # a first step slower than the interval (a loaded machine) has sent one already
     time.sleep(0.06)  # past the interval: the next step end sends, on this thread, before step() returns
@@ -559,22 +565,7 @@ def test_a_datagram_owed_after_many_marks_goes_one_step_later_after_a_short_fold
     datagram. (Steps slower than the interval log a few marks each, and send at once: above.)"""
     from exporter.hook.session import DATAGRAM_FOLD_ENTRIES
 
-    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    rx.bind(str(tmp_path / "rx.sock"))
-    rx.setblocking(False)
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = instrument(DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=1), model=model,
-                        optimizer=optimizer, address=f"unix://{tmp_path}/rx.sock", interval=3600)
-    session = loader.bottleneck_session
-    batches = iter(loader)
-
-    def step() -> None:
-        (batch,) = next(batches)
-        optimizer.zero_grad()
-        model(batch).sum().backward()
-        optimizer.step()
-
+    rx, session, step = pushing_loop(tmp_path, 64, interval=3600)
     steps = 0
     while len(session.clock.log) <= DATAGRAM_FOLD_ENTRIES:
         step()
