@@ -35,8 +35,10 @@ tools:
 test: venv tools
 	$(PY) -m pytest -q
 
+# mypy finds the package by its import name: the source folder exporter/ is linked as build/typecheck/bottleneck_exporter.
 lint: venv
 	$(VENV)/bin/ruff check exporter tests benchmarks deploy
+	mkdir -p build/typecheck && ln -sfn ../../exporter build/typecheck/bottleneck_exporter
 	$(VENV)/bin/mypy
 
 # Regenerate the golden scrapes after an intended change; review them as a diff.
@@ -52,7 +54,7 @@ bench: venv tools
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
 # dashboards, the Kubernetes PrometheusRule and dashboard ConfigMaps. Tests fail when a committed file differs from this output.
 generate: venv
-	$(PY) -m exporter.heuristics.generate
-	$(PY) -m exporter.dashboards
+	$(PY) -m bottleneck_exporter.heuristics.generate
+	$(PY) -m bottleneck_exporter.dashboards
 	$(PY) deploy/kubernetes/generate_prometheusrule.py
 	$(PY) deploy/kubernetes/generate_dashboards.py

@@ -4,7 +4,7 @@
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
-``exporter.hook.instrument`` and sends its datagrams (once a second, as by default) to a live Unix socket,
+``bottleneck_exporter.hook.instrument`` and sends its datagrams (once a second, as by default) to a live Unix socket,
 as with a running exporter. The pairs are spread over ``--rounds`` fresh pairs of setups, built in
 alternating order: one setup runs a few us a step faster than its twin for reasons of its own (where its
 tensors landed in memory), which a single pair would read as the hook's cost. Printed:
@@ -49,8 +49,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from exporter.hook import instrument
-from exporter.hook.session import Session
+from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.session import Session
 
 
 class Setup:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/hostile_clients.py [--probe bounds slow flood forge fuzz] [--stalled 300]
 
-Each probe starts a real exporter (``python -m exporter``) on a free loopback port, except ``bounds``, and
+Each probe starts a real exporter (``python -m bottleneck_exporter``) on a free loopback port, except ``bounds``, and
 prints what it measured:
 
   load    50 keep-alive scrapers for 30 s against every default collector: answers by status (beyond
@@ -45,10 +45,10 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.push.receiver import PushReceiver  # noqa: E402
-from exporter.push.schema import encode  # noqa: E402
-from exporter.push.settings import _SETTINGS  # noqa: E402
-from exporter.push.store import JobStore  # noqa: E402
+from bottleneck_exporter.push.receiver import PushReceiver  # noqa: E402
+from bottleneck_exporter.push.schema import encode  # noqa: E402
+from bottleneck_exporter.push.settings import _SETTINGS  # noqa: E402
+from bottleneck_exporter.push.store import JobStore  # noqa: E402
 from tests.conftest import ExporterProcess  # noqa: E402
 from tests.test_receiver import full_payload, hook_payload  # noqa: E402
 
@@ -202,8 +202,8 @@ def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
 
 _SENDER = """
 import json, sys
-from exporter.hook.transport import Transport
-from exporter.push.schema import encode
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.push.schema import encode
 payload = json.loads(sys.argv[2])
 for seq in range(int(sys.argv[3])):
     payload["seq"] = seq + 1

@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.collectors.base import Context
-from exporter.collectors.kubernetes import KubernetesCollector
-from exporter.kube.podresources import list_pod_resources, messages
-from exporter.kube.processes import ProcessPods
+from bottleneck_exporter.collectors.base import Context
+from bottleneck_exporter.collectors.kubernetes import KubernetesCollector
+from bottleneck_exporter.kube.podresources import list_pod_resources, messages
+from bottleneck_exporter.kube.processes import ProcessPods
 
 
 def rss_kib() -> int:

@@ -1,4 +1,4 @@
-"""What reading /proc costs through ``exporter.procfs`` and through psutil, for each job the exporter does.
+"""What reading /proc costs through ``bottleneck_exporter.procfs`` and through psutil, for each job the exporter does.
 
     .venv/bin/python benchmarks/procfs_vs_psutil.py [--rounds 200] [--threads 32]
 
@@ -9,7 +9,7 @@ sampling every thread of a process (this process, given ``--threads`` extra idle
 (one process's state and start time); the hook's DataLoader worker lookup (children and their names).
 psutil reads the same files, so the times compare parsing and object overhead; what it cannot answer
 (thread names, per-thread context switches, schedstat, PSI, --path.procfs per collector) is why
-``exporter.procfs`` stays the reader.
+``bottleneck_exporter.procfs`` stays the reader.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter import procfs
-from exporter.training.discovery import Discovery
-from exporter.training.ledger import sample_process_threads
+from bottleneck_exporter import procfs
+from bottleneck_exporter.training.discovery import Discovery
+from bottleneck_exporter.training.ledger import sample_process_threads
 
 PROC = "/proc"
 # What the memory collector reads.

@@ -41,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter import procfs  # noqa: E402
-from exporter.collectors import REGISTRY  # noqa: E402
-from exporter.training.discovery import Discovery  # noqa: E402
+from bottleneck_exporter import procfs  # noqa: E402
+from bottleneck_exporter.collectors import REGISTRY  # noqa: E402
+from bottleneck_exporter.training.discovery import Discovery  # noqa: E402
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROCESS_EXPORTER = "/usr/bin/prometheus-process-exporter"
@@ -148,7 +148,7 @@ def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, warmu
 
 
 def ours(port: int, collectors: list[str]) -> list[str]:
-    return [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}",
+    return [sys.executable, "-m", "bottleneck_exporter", f"--web.listen-address=127.0.0.1:{port}",
             "--web.disable-exporter-metrics", "--collector.disable-defaults",
             *(f"--collector.{name}" for name in collectors)]
 

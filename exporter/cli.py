@@ -3,8 +3,8 @@
     bottleneck-exporter [flags]            run the exporter (default)
     bottleneck-exporter diagnose [flags]   print bottleneck verdicts (see ``diagnose --help``)
 
-The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come
-from each part's registration (``exporter.parts``); this module adds the web and logging flags, runs the parts
+The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come from
+each part's registration (``bottleneck_exporter.parts``); this module adds the web and logging flags, runs the parts
 behind the HTTP server, and hands ``diagnose`` its own command line.
 """
 
@@ -22,15 +22,15 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from exporter import __version__, parts
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.config import ConfigError, Parser, load_yaml
-from exporter.parts import build_collectors
-from exporter.status import Status, logs
-from exporter.status import peers as status_peers
-from exporter.training.registry import TrainingRegistry
-from exporter.web.config import load_web_config
-from exporter.web.server import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
+from bottleneck_exporter import __version__, parts
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.config import ConfigError, Parser, load_yaml
+from bottleneck_exporter.parts import build_collectors
+from bottleneck_exporter.status import Status, logs
+from bottleneck_exporter.status import peers as status_peers
+from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.web.config import load_web_config
+from bottleneck_exporter.web.server import DEFAULT_MAX_REQUESTS, parse_listen_address, serve, start_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def run_exporter(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diagnose":
-        from exporter.diagnose import main as diagnose_main
+        from bottleneck_exporter.diagnose import main as diagnose_main
 
         return diagnose_main(argv[1:])
     return run_exporter(argv)

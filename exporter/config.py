@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from exporter.collectors.base import Option, Registration, parse_bool
+from bottleneck_exporter.collectors.base import Option, Registration, parse_bool
 
 
 class ConfigError(ValueError):

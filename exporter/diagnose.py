@@ -6,13 +6,13 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
   scrapes the exporters (recording rules spelled out, so our rule files need not be installed; ``for:`` is
   ignored, the ALERTS series tells which verdicts are already firing).
 * standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
-  ``--exporter.url``, else the collectors and the push receiver in this process, so a training run
-  instrumented with the hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and
-  ``--dcgm-exporter.url`` say they are, labelled as Prometheus labels them: ``exporter.peers``), then evaluates
-  the expressions of the bundle those exporters feed (``--bundle`` picks another) over the samples with the
-  Python evaluator (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is
-  respected as far as the window allows: the expressions are evaluated at every sample, and a verdict whose
-  condition has not held for its ``for:`` is shown as pending, with the time it still needs.
+  ``--exporter.url``, else the collectors and the push receiver in this process, so a training run instrumented with the
+  hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and ``--dcgm-exporter.url`` say they
+  are, labelled as Prometheus labels them: ``bottleneck_exporter.peers``), then evaluates the expressions of the bundle
+  those exporters feed (``--bundle`` picks another) over the samples with the Python evaluator
+  (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is respected as far as the window
+  allows: the expressions are evaluated at every sample, and a verdict whose condition has not held for its ``for:`` is
+  shown as pending, with the time it still needs.
 
 Exit status: 0 no critical verdict, 1 at least one critical verdict, 2 usage or configuration error,
 3 Prometheus or the exporter could not be reached (or every query failed), 4 internal error (a bug).
@@ -35,12 +35,26 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from exporter.config import Parser
-from exporter.heuristics import gotemplate
-from exporter.heuristics.catalogue import SEVERITIES, AlertRule, Catalogue, CatalogueError, parse_sets, resolve
-from exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
-from exporter.heuristics.sources import BUNDLES, DCGM, DCGM_TWINS, DEFAULT_BUNDLE, NODE_EXPORTER, NODE_EXPORTER_TWINS
-from exporter.peers import (
+from bottleneck_exporter.config import Parser
+from bottleneck_exporter.heuristics import gotemplate
+from bottleneck_exporter.heuristics.catalogue import (
+    SEVERITIES,
+    AlertRule,
+    Catalogue,
+    CatalogueError,
+    parse_sets,
+    resolve,
+)
+from bottleneck_exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
+from bottleneck_exporter.heuristics.sources import (
+    BUNDLES,
+    DCGM,
+    DCGM_TWINS,
+    DEFAULT_BUNDLE,
+    NODE_EXPORTER,
+    NODE_EXPORTER_TWINS,
+)
+from bottleneck_exporter.peers import (
     DEFAULT_URLS,
     PEER_NAMES,
     Peer,
@@ -52,7 +66,7 @@ from exporter.peers import (
     scrape,
     unjudged,
 )
-from exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.push.schema import JOB_LABEL
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -252,10 +266,10 @@ class InProcessSource:
     def __init__(self, exporter_args: Sequence[str]) -> None:
         from prometheus_client import CollectorRegistry
 
-        from exporter.collectors.orchestrator import Orchestrator
-        from exporter.config import load_yaml
-        from exporter.parts import build_parts
-        from exporter.training.registry import TrainingRegistry
+        from bottleneck_exporter.collectors.orchestrator import Orchestrator
+        from bottleneck_exporter.config import load_yaml
+        from bottleneck_exporter.parts import build_parts
+        from bottleneck_exporter.training.registry import TrainingRegistry
 
         args = exporter_parser().parse_args(list(exporter_args))
         file_config = load_yaml(args.config_file) if args.config_file else {}
@@ -267,12 +281,12 @@ class InProcessSource:
         return "this node (collectors and push receiver in this process)"
 
     def start(self) -> None:
-        from exporter.parts import start
+        from bottleneck_exporter.parts import start
 
         start(self.parts)
 
     def stop(self) -> None:
-        from exporter.parts import stop
+        from bottleneck_exporter.parts import stop
 
         stop(self.parts)
 
@@ -302,7 +316,7 @@ def sample(source: ScrapeSource | InProcessSource, window: float, interval: floa
     """Sample ``source`` (and ``peers``) every ``interval`` seconds for ``window`` seconds; returns (store,
     first, last, what each exporter answered).
 
-    The samples are labelled as a Prometheus scrape labels them (``exporter.peers``): ``source`` in the
+    The samples are labelled as a Prometheus scrape labels them (``bottleneck_exporter.peers``): ``source`` in the
     ``scrape_job``, each peer in its own job, all with ``instance``, and each scrape records its ``up``. The
     rules about the monitoring itself (exporter down or absent) then read what they would read in Prometheus.
     A peer that does not answer costs its own series (``up`` 0), never the others'."""
@@ -503,7 +517,7 @@ def build_parser() -> Parser:
 def exporter_parser() -> Parser:
     """The exporter's part flags, for the collectors and push receiver diagnose runs in-process; a misspelled
     flag is matched against diagnose's own flags as well."""
-    from exporter.parts import add_arguments
+    from bottleneck_exporter.parts import add_arguments
 
     parser = Parser(prog="bottleneck-exporter diagnose", add_help=False, suggest=build_parser().flags())
     add_arguments(parser)
@@ -600,7 +614,7 @@ def _peers(args: argparse.Namespace) -> list[Peer]:
 
 def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, object], peers: list[Peer],
                 err: TextIO) -> Report:
-    from exporter.config import ConfigError
+    from bottleneck_exporter.config import ConfigError
 
     source: ScrapeSource | InProcessSource
     if args.exporter_url:

@@ -1,13 +1,13 @@
 """The daemon's parts: every registered collector and the push receiver, built from their options.
 
-A part's flags and YAML keys come from its registration: a collector's from ``@register`` in
-``exporter/collectors`` (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``collectors.<name>``),
-the push receiver's from ``exporter.push.settings.OPTIONS`` (``--push.<option>``, ``push.<option>``). Every
-option takes its value by one precedence, ``exporter.config.option_values``: registered default < config file <
-flag. The exporter (``exporter.cli``) and ``diagnose`` standalone build the same parts from the same flags.
+A part's flags and YAML keys come from its registration: a collector's from ``@register`` in ``exporter/collectors``
+(``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``collectors.<name>``), the push receiver's from
+``bottleneck_exporter.push.settings.OPTIONS`` (``--push.<option>``, ``push.<option>``). Every option takes its value by
+one precedence, ``bottleneck_exporter.config.option_values``: registered default < config file < flag. The exporter
+(``bottleneck_exporter.cli``) and ``diagnose`` standalone build the same parts from the same flags.
 
-``--collector.preset`` (``exporter.collectors.coexistence.PRESETS``) changes defaults only: it turns collectors
-off and sets collector options below the config file and the flags.
+``--collector.preset`` (``bottleneck_exporter.collectors.coexistence.PRESETS``) changes defaults only: it turns
+collectors off and sets collector options below the config file and the flags.
 
 The orchestrator runs every part on each collection and reports it, the push receiver included::
 
@@ -25,12 +25,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from exporter.collectors import REGISTRY, Collector, Context, Option
-from exporter.collectors.coexistence import PRESETS, Preset
-from exporter.config import add_option_flags, collector_settings, option_values
-from exporter.push import add_arguments as add_push_arguments
-from exporter.push import build_receiver
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.collectors import REGISTRY, Collector, Context, Option
+from bottleneck_exporter.collectors.coexistence import PRESETS, Preset
+from bottleneck_exporter.config import add_option_flags, collector_settings, option_values
+from bottleneck_exporter.push import add_arguments as add_push_arguments
+from bottleneck_exporter.push import build_receiver
+from bottleneck_exporter.training.registry import TrainingRegistry
 
 PUSH = "push"
 

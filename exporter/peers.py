@@ -1,7 +1,7 @@
 """The exporters beside ours (node_exporter, dcgm-exporter), scraped and labelled as Prometheus labels them.
 
 Standalone ``diagnose`` and the status page evaluate the catalogue without a Prometheus. Under a bundle whose
-host or GPU series come from node_exporter or dcgm-exporter (``exporter.heuristics.sources``), they scrape
+host or GPU series come from node_exporter or dcgm-exporter (``bottleneck_exporter.heuristics.sources``), they scrape
 those exporters themselves, and every sample must look as it would in Prometheus, or the bundle's joins
 (``on (instance, gpu)``) and selectors would match nothing:
 
@@ -26,9 +26,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 
-from exporter.heuristics.catalogue import Catalogue
-from exporter.heuristics.promql import SeriesStore
-from exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER, PEER_JOB, SOURCES, family_of
+from bottleneck_exporter.heuristics.catalogue import Catalogue
+from bottleneck_exporter.heuristics.promql import SeriesStore
+from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER, PEER_JOB, SOURCES, family_of
 
 Sample = tuple[str, dict[str, str], float]
 Labels = Mapping[str, str] | tuple[tuple[str, str], ...]  # as scraped, or as a recorder's snapshot holds them

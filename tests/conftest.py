@@ -16,6 +16,8 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+# The import name of the source folder exporter/ (pyproject.toml: package-dir).
+PACKAGE = "bottleneck_exporter"
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
@@ -60,7 +62,8 @@ class ExporterProcess:
                  listen: str = "127.0.0.1:{port}") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "exporter", f"--web.listen-address={listen.format(port=self.port)}", *args]
+        cmd = [sys.executable, "-m", "bottleneck_exporter", f"--web.listen-address={listen.format(port=self.port)}",
+               *args]
         # Output goes to a file, not a pipe: a pipe nobody drains would block a chatty exporter. The file
         # lives as long as this object (output() reads it after stop()), hence no context manager.
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115

@@ -28,7 +28,7 @@
         a single-rank job whose DataLoader takes --item-seconds per sample while --cause-file exists (an
         input-bound job); once the file is removed, samples come at once (the cause stopped).
 
-Every rank is instrumented with ``exporter.hook.instrument`` and pushes to BOTTLENECK_PUSH_ADDRESS (its own
+Every rank is instrumented with ``bottleneck_exporter.hook.instrument`` and pushes to BOTTLENECK_PUSH_ADDRESS (its own
 node's exporter) under BOTTLENECK_JOB.
 """
 
@@ -96,7 +96,7 @@ def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: f
           instrumented: torch.nn.Module | None = None) -> int:
     """Train ``model``, instrumented (or ``instrumented``: the model inside it, as the Hugging Face Trainer
     hands its callbacks)."""
-    from exporter.hook import instrument
+    from bottleneck_exporter.hook import instrument
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = instrument(loader, model=model if instrumented is None else instrumented, optimizer=optimizer)
@@ -120,12 +120,12 @@ def train(loader: DataLoader, model: torch.nn.Module, stop_file: str, between: f
 def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, object]:
     """What the user's hook did to the gradients, the collective time the bottleneck hook measured, and the
     FSDP collectives it timed."""
-    from exporter.hook.session import Session
+    from bottleneck_exporter.hook.session import Session
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     session = Session.of(model, local)
     clock = session.collectives if session is not None else None
-    from exporter.hook import collective_fsdp, collective_fsdp1
+    from bottleneck_exporter.hook import collective_fsdp, collective_fsdp1
 
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
             "collective_seconds": clock.seconds() if clock is not None else None,

@@ -2,7 +2,7 @@
 
     python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N]
 
-Trains a small MLP on CPU with ``exporter.hook.instrument`` until ``--stop-file`` exists (checked between
+Trains a small MLP on CPU with ``bottleneck_exporter.hook.instrument`` until ``--stop-file`` exists (checked between
 steps) or ``--max-steps`` is reached; the exporter address and job come from BOTTLENECK_PUSH_ADDRESS and
 BOTTLENECK_JOB, as in real use. ``slow`` burns CPU inside ``__getitem__`` (the loader is busy, not blocked);
 ``fast`` serves precomputed tensors. ``--threads`` sets torch's intra-op threads (default 1; the number of
@@ -61,7 +61,7 @@ def main() -> int:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)  # default 1: a shared test machine, one core for the model
 
-    from exporter.hook import instrument
+    from bottleneck_exporter.hook import instrument
 
     if args.dataset == "slow":
         width, dataset, batch = 32, CpuBoundDataset(64, burn=0.005), 4

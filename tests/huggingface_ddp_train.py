@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
-from exporter.hook.huggingface import BottleneckCallback
+from bottleneck_exporter.hook.huggingface import BottleneckCallback
 from tests.e2e_train import exit_without_finalizing
 
 ROWS = 262144

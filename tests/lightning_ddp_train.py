@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from exporter.hook.lightning import BottleneckCallback
+from bottleneck_exporter.hook.lightning import BottleneckCallback
 from tests.e2e_train import exit_without_finalizing
 
 ROWS = 262144

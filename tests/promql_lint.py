@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.collectors.coexistence import DCGM_EXPORTER, NODE_EXPORTER
+from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER, NODE_EXPORTER
 
 COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 RATE_FUNCTIONS = {"rate", "increase", "irate"}

@@ -19,8 +19,8 @@ import pytest
 import requests
 import yaml
 
-from exporter.heuristics import gotemplate
-from exporter.heuristics.catalogue import AlertRule, resolve
+from bottleneck_exporter.heuristics import gotemplate
+from bottleneck_exporter.heuristics.catalogue import AlertRule, resolve
 from tests.conftest import ROOT, require_tool
 from tests.promstack import Alertmanager, wait_until
 from tests.sinks import SlackSink, SmtpSink

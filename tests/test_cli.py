@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser
-from exporter.collectors import REGISTRY
-from tests.conftest import ROOT
+from bottleneck_exporter.cli import build_parser
+from bottleneck_exporter.collectors import REGISTRY
+from tests.conftest import PACKAGE, ROOT
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", PACKAGE, *args], capture_output=True, text=True, timeout=60,
                           cwd=ROOT)
 
 
@@ -133,13 +133,14 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = ".".join(anchor + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.startswith("exporter")}
+    return {name for name in found if name.startswith("bottleneck_exporter")}
 
 
 def _graph() -> dict[str, set[str]]:
     modules = {}
     for path in (ROOT / "exporter").rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+        # The source folder exporter/ installs as the package bottleneck_exporter.
+        parts = ("bottleneck_exporter", *path.relative_to(ROOT / "exporter").with_suffix("").parts)
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         modules[name] = path
     return {name: {dep for dep in _imports(path, name) if dep in modules and dep != name}
@@ -184,10 +185,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_no_import_cycle_between_cli_diagnose_parts_and_status() -> None:
     graph = _graph()
-    assert "exporter.parts" in graph["exporter.diagnose"] and "exporter.diagnose" in graph["exporter.cli"], \
+    assert f"{PACKAGE}.parts" in graph[f"{PACKAGE}.diagnose"] and f"{PACKAGE}.diagnose" in graph[f"{PACKAGE}.cli"], \
         "the graph lost the edges it should see: the check would prove nothing"
-    ours = {"exporter.cli", "exporter.diagnose", "exporter.parts", "exporter.config"}
-    tangled = [c for c in _cycles(graph) if c & ours or any(m.startswith("exporter.status") for m in c)]
+    ours = {f"{PACKAGE}.cli", f"{PACKAGE}.diagnose", f"{PACKAGE}.parts", f"{PACKAGE}.config"}
+    tangled = [c for c in _cycles(graph) if c & ours or any(m.startswith("bottleneck_exporter.status") for m in c)]
     assert not tangled, tangled
 
 
@@ -198,9 +199,8 @@ def _loaded_after(statement: str) -> set[str]:
     return set(result.stdout.split())
 
 
-DAEMON_ONLY = ("prometheus_client", "yaml", "bcrypt", "pynvml", "psutil", "exporter.collectors", "exporter.config",
-               "exporter.parts", "exporter.status", "exporter.push.receiver", "exporter.push.settings",
-               "exporter.heuristics", "exporter.cli", "exporter.web", "exporter.gpu")
+DAEMON_ONLY = ("prometheus_client", "yaml", "bcrypt", "pynvml", "psutil", *(f"{PACKAGE}.{m}" for m in (
+    "collectors", "config", "parts", "status", "push.receiver", "push.settings", "heuristics", "cli", "web", "gpu")))
 
 
 def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
@@ -208,12 +208,12 @@ def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
 
 
 def test_importing_the_hook_pulls_in_nothing_only_the_daemon_needs() -> None:
-    loaded = _loaded_after("import exporter.hook")
-    assert "exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
+    loaded = _loaded_after("import bottleneck_exporter.hook")
+    assert "bottleneck_exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
     assert not _daemon_modules(loaded, (*DAEMON_ONLY, "torch"))
 
 
 def test_the_framework_callbacks_pull_in_none_of_the_daemon_s_modules() -> None:
     # Lightning and transformers bring torch (and their own YAML, NVML...) with them; ours must add nothing.
-    loaded = _loaded_after("import exporter.hook.lightning, exporter.hook.huggingface")
-    assert not _daemon_modules(loaded, tuple(d for d in DAEMON_ONLY if d.startswith("exporter.")))
+    loaded = _loaded_after("import bottleneck_exporter.hook.lightning, bottleneck_exporter.hook.huggingface")
+    assert not _daemon_modules(loaded, tuple(d for d in DAEMON_ONLY if d.startswith("bottleneck_exporter.")))

@@ -21,12 +21,19 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import parts
-from exporter.cli import build_parser
-from exporter.collectors import gpu
-from exporter.collectors.coexistence import DCGM_EXPORTER, GPU_UNIQUE, HOST_COLLECTORS, NODE_EXPORTER, PRESETS, Twin
-from exporter.config import load_yaml
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter import parts
+from bottleneck_exporter.cli import build_parser
+from bottleneck_exporter.collectors import gpu
+from bottleneck_exporter.collectors.coexistence import (
+    DCGM_EXPORTER,
+    GPU_UNIQUE,
+    HOST_COLLECTORS,
+    NODE_EXPORTER,
+    PRESETS,
+    Twin,
+)
+from bottleneck_exporter.config import load_yaml
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, ExporterProcess, free_port, require_tool, wait_http
 
 PROFILE = FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml"

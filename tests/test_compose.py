@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from exporter.cli import DEFAULT_PORT, build_parser
-from exporter.heuristics.catalogue import resolve
-from exporter.push.paths import DEFAULT_SOCKET
+from bottleneck_exporter.cli import DEFAULT_PORT, build_parser
+from bottleneck_exporter.heuristics.catalogue import resolve
+from bottleneck_exporter.push.paths import DEFAULT_SOCKET
 from tests.conftest import ROOT, require_tool
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"

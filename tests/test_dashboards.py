@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.dashboards import DASHBOARDS, REGENERATE, bundle_dir, render, render_all
-from exporter.heuristics import generate
-from exporter.heuristics.catalogue import resolve
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from bottleneck_exporter.dashboards import DASHBOARDS, REGENERATE, bundle_dir, render, render_all
+from bottleneck_exporter.heuristics import generate
+from bottleneck_exporter.heuristics.catalogue import resolve
+from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
 from tests.conftest import FIXTURES, ROOT, ExporterProcess, require_tool
 from tests.promql_lint import lint
 from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target, wait_until
@@ -79,7 +79,7 @@ def test_committed_dashboards_match_the_generator() -> None:
 
 
 def test_generator_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
-    from exporter.dashboards.__main__ import main
+    from bottleneck_exporter.dashboards.__main__ import main
 
     assert main(["--root", str(tmp_path)]) == 0
     assert main(["--root", str(tmp_path), "--check"]) == 0

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from exporter import diagnose
-from exporter.heuristics import promql
-from exporter.heuristics.catalogue import resolve
-from exporter.heuristics.replay import replay
-from exporter.heuristics.scenarios import (
+from bottleneck_exporter import diagnose
+from bottleneck_exporter.heuristics import promql
+from bottleneck_exporter.heuristics.catalogue import resolve
+from bottleneck_exporter.heuristics.replay import replay
+from bottleneck_exporter.heuristics.scenarios import (
     FIRES,
     NEAR_MISS,
     NOT_YET,
@@ -229,8 +229,8 @@ def test_diagnose_refuses_a_bad_parameter_with_a_usage_error() -> None:
 # ---------------------------------------------------------------------------------------------- standalone
 
 def run_diagnose(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", "diagnose", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run([sys.executable, "-m", "bottleneck_exporter", "diagnose", *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.live
@@ -259,8 +259,8 @@ def test_standalone_on_this_machine_prints_verdicts_and_exits_by_severity(tmp_pa
 def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
     """A real CPU run with num_workers=0 and a slow dataset, pushing to diagnose's in-process receiver."""
     socket_path = tmp_path / "push.sock"
-    diag = subprocess.Popen([sys.executable, "-m", "exporter", "diagnose", "--window", "12", "--interval", "1",
-                             "--json", f"--push.socket={socket_path}"], cwd=ROOT, stdout=subprocess.PIPE,
+    diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "12", "--interval",
+                             "1", "--json", f"--push.socket={socket_path}"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     stop = tmp_path / "stop"
     trainer = None

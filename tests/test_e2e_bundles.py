@@ -18,9 +18,9 @@ import pytest
 import requests
 import yaml
 
-from exporter import diagnose
-from exporter.heuristics import generate
-from exporter.heuristics.catalogue import resolve
+from bottleneck_exporter import diagnose
+from bottleneck_exporter.heuristics import generate
+from bottleneck_exporter.heuristics.catalogue import resolve
 from tests.conftest import ROOT, free_port
 from tests.promstack import (
     OPERATOR_TARGET_LABELS,

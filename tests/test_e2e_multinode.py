@@ -49,7 +49,7 @@ class Stack:
 
 def generate_rules(out: Path) -> list[Path]:
     """The committed catalogue's rules, with the test's short ``for:`` and window (the generator's options)."""
-    result = subprocess.run([sys.executable, "-m", "exporter.heuristics.generate", "--out", str(out),
+    result = subprocess.run([sys.executable, "-m", "bottleneck_exporter.heuristics.generate", "--out", str(out),
                              "--for", SHORT_FOR, "--set", f"rate_window={RATE_WINDOW}", "--no-tests"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

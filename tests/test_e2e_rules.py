@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import diagnose
-from exporter.heuristics import generate
-from exporter.heuristics.catalogue import resolve
+from bottleneck_exporter import diagnose
+from bottleneck_exporter.heuristics import generate
+from bottleneck_exporter.heuristics.catalogue import resolve
 from tests.conftest import ROOT
 from tests.promstack import EXPORTER_JOB, Prometheus, Target, wait_until
 

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.web.server import serve, start_in_thread
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.web.server import serve, start_in_thread
 from tests.conftest import free_port, require_tool
 
 
@@ -57,7 +57,7 @@ def test_a_collector_that_raises_leaves_the_scrape_at_200_with_its_success_at_0(
 def test_the_daemon_never_imports_torch(tmp_path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}"],
+        [sys.executable, "-X", "importtime", "-m", "bottleneck_exporter", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -74,7 +74,7 @@ def test_the_daemon_never_imports_torch(tmp_path) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=20)
     imported = {line.split("|")[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
-    assert "exporter.cli" in imported, "importtime output missing: the check would prove nothing"
+    assert "bottleneck_exporter.cli" in imported, "importtime output missing: the check would prove nothing"
     assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
 
 
@@ -93,5 +93,5 @@ def test_live_scrape_passes_promtool_check_metrics(start_exporter) -> None:
 
 
 def test_version_flag() -> None:
-    result = subprocess.run([sys.executable, "-m", "exporter", "--version"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "bottleneck_exporter", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and "bottleneck-exporter 0.1.0" in result.stdout

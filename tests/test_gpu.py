@@ -12,11 +12,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors import REGISTRY, Context
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.gpu.backend import VIOLATION_POLICIES
-from exporter.gpu.fake import FakeBackend
-from exporter.gpu.profile import FIELDS, ProfileError, load_profile
+from bottleneck_exporter.collectors import REGISTRY, Context
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.gpu.backend import VIOLATION_POLICIES
+from bottleneck_exporter.gpu.fake import FakeBackend
+from bottleneck_exporter.gpu.profile import FIELDS, ProfileError, load_profile
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 PROFILES = FIXTURES / "gpu-profiles"
@@ -200,7 +200,7 @@ def test_real_nvml_backend_on_this_machine(caplog: pytest.LogCaptureFixture) -> 
         gpu_count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
     collector = REGISTRY["gpu"].factory(Context(options={"profile": "", "max-processes": 5}))
-    from exporter.gpu.nvml import NvmlBackend
+    from bottleneck_exporter.gpu.nvml import NvmlBackend
 
     assert isinstance(collector.backend, NvmlBackend)  # type: ignore[attr-defined]
     registry = CollectorRegistry(auto_describe=False)
@@ -246,7 +246,7 @@ def test_xid_events_are_polled_without_waiting(monkeypatch: pytest.MonkeyPatch) 
     """The NVML backend asks the event set with timeout 0 and stops at the first 'nothing waiting'."""
     import pynvml
 
-    from exporter.gpu import nvml
+    from bottleneck_exporter.gpu import nvml
 
     waits: list[int] = []
     queued = [79, 48]
@@ -271,8 +271,8 @@ def test_xid_events_are_polled_without_waiting(monkeypatch: pytest.MonkeyPatch) 
 def test_nvml_errors_are_translated_at_the_choke_point() -> None:
     import pynvml
 
-    from exporter.gpu.backend import BackendError, FunctionNotFound, GpuLost, NoData, NotSupported
-    from exporter.gpu.nvml import _nvml
+    from bottleneck_exporter.gpu.backend import BackendError, FunctionNotFound, GpuLost, NoData, NotSupported
+    from bottleneck_exporter.gpu.nvml import _nvml
 
     def failing(error: Exception) -> object:
         def call() -> None:
@@ -296,8 +296,8 @@ def test_pynvml_version_mismatch_does_not_escape_the_choke_point() -> None:
     # not an NVMLError, on a driver without the _v3 function; it failed the whole gpu collector.
     import pynvml
 
-    from exporter.gpu.backend import FunctionNotFound
-    from exporter.gpu.nvml import _nvml
+    from bottleneck_exporter.gpu.backend import FunctionNotFound
+    from bottleneck_exporter.gpu.nvml import _nvml
 
     def mismatched() -> None:
         raise pynvml.NVMLLibraryMismatchError("Unversioned function called ...")

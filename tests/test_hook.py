@@ -18,12 +18,12 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, TensorDataset
 
-from exporter.heuristics.catalogue import PARAMETERS
-from exporter.hook import instrument
-from exporter.hook.session import Session
-from exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
-from exporter.hook.transport import Transport
-from exporter.push.schema import Snapshot, encode, validate
+from bottleneck_exporter.heuristics.catalogue import PARAMETERS
+from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.push.schema import Snapshot, encode, validate
 
 pytestmark = pytest.mark.torch
 
@@ -247,7 +247,7 @@ def test_repeated_internal_errors_switch_the_hook_off_once_and_training_is_unaff
         return wrapped
 
     plain = seeded_run(lambda loader, model, optimizer: loader)
-    with caplog.at_level(logging.WARNING, logger="exporter.hook"):
+    with caplog.at_level(logging.WARNING, logger="bottleneck_exporter.hook"):
         hooked = seeded_run(wrap)
     assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
     assert not sessions[0].active and sessions[0].errors == 10
@@ -444,8 +444,8 @@ def exported(sent: Snapshot, name: str) -> float | None:
     """The value of series ``name`` that the exporter's push receiver exports for the datagram ``sent``."""
     from prometheus_client import CollectorRegistry
 
-    from exporter.push.receiver import PushReceiver
-    from exporter.push.store import JobStore
+    from bottleneck_exporter.push.receiver import PushReceiver
+    from bottleneck_exporter.push.store import JobStore
 
     receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
     receiver.store.accept(sent)
@@ -563,7 +563,7 @@ def test_a_datagram_owed_after_many_marks_goes_one_step_later_after_a_short_fold
     """Fast steps pile up marks between datagrams. The step end that owes one folds them, and the next step
     end sends it with a fold of its own step's marks only: no step pays for both the long fold and the
     datagram. (Steps slower than the interval log a few marks each, and send at once: above.)"""
-    from exporter.hook.session import DATAGRAM_FOLD_ENTRIES
+    from bottleneck_exporter.hook.session import DATAGRAM_FOLD_ENTRIES
 
     rx, session, step = pushing_loop(tmp_path, 64, interval=3600)
     steps = 0
@@ -583,7 +583,7 @@ def test_a_datagram_owed_after_many_marks_goes_one_step_later_after_a_short_fold
 def test_a_long_run_without_datagrams_keeps_its_step_log_short():
     """The log is folded every FOLD_ENTRIES entries at a step end, not only when a datagram is due: a
     datagram's fold stays short, and so does memory with the address off."""
-    from exporter.hook.session import FOLD_ENTRIES
+    from bottleneck_exporter.hook.session import FOLD_ENTRIES
 
     session = Session(address="off")
     model = torch.nn.Linear(4, 1)
@@ -634,7 +634,7 @@ def test_a_session_never_closed_sends_its_last_totals_when_the_process_exits(tmp
     script = (
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
-        "from exporter.hook import instrument\n"
+        "from bottleneck_exporter.hook import instrument\n"
         "model = torch.nn.Linear(4, 1)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         f"loader = instrument(DataLoader(TensorDataset(torch.randn(6, 4)), batch_size=2), model=model,"

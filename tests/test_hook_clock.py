@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from exporter.hook import instrument
-from exporter.hook.loader import known_batch_sizes
-from exporter.hook.session import Session
-from exporter.hook.timing import (
+from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.loader import known_batch_sizes
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import (
     BACKWARD,
     DATA_WAIT,
     FORWARD,
@@ -22,7 +22,7 @@ from exporter.hook.timing import (
     STEP_END,
     StepClock,
 )
-from exporter.push.schema import STEP_BUCKETS
+from bottleneck_exporter.push.schema import STEP_BUCKETS
 
 pytestmark = pytest.mark.torch
 

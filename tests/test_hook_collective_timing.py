@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from exporter.hook.collective import (
+from bottleneck_exporter.hook.collective import (
     GPU,
     HOST,
     CollectiveClock,
@@ -205,8 +205,8 @@ def test_a_completed_launch_is_timed_at_once() -> None:
 def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() -> None:
     """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
-    from exporter.hook.session import Session
-    from exporter.push.schema import validate
+    from bottleneck_exporter.hook.session import Session
+    from bottleneck_exporter.push.schema import validate
     from tests.test_hook import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
@@ -223,8 +223,8 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
 
 def test_host_timed_collectives_send_no_dropped_count() -> None:
     """gloo's host stopwatch never gives anything up: its datagram has no such field (and no series)."""
-    from exporter.hook.session import Session
-    from exporter.push.schema import validate
+    from bottleneck_exporter.hook.session import Session
+    from bottleneck_exporter.push.schema import validate
 
     clock = CollectiveClock()
     HostStopwatch(clock).stop(HostStopwatch(clock).start())
@@ -238,7 +238,7 @@ def test_host_timed_collectives_send_no_dropped_count() -> None:
 def test_a_clock_nobody_reads_stays_bounded() -> None:
     """No datagram folds it (address off, or a closed session whose DDP hook stays registered): recording
     folds the log itself, and nothing is lost."""
-    from exporter.hook.collective import LOG_LIMIT
+    from bottleneck_exporter.hook.collective import LOG_LIMIT
 
     clock = CollectiveClock()
     watch = HostStopwatch(clock)
@@ -265,8 +265,8 @@ def test_a_model_instrumented_again_times_into_the_new_sessions_clock(tmp_path: 
     import torch
     import torch.distributed as dist
 
-    from exporter.hook import instrument
-    from exporter.hook.session import Session
+    from bottleneck_exporter.hook import instrument
+    from bottleneck_exporter.hook.session import Session
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
@@ -313,8 +313,8 @@ def test_a_users_fsdp1_low_precision_hook_is_still_one_to_fsdp(one_rank: None) -
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.fsdp._runtime_utils import _low_precision_hook_enabled
 
-    from exporter.hook import instrument
-    from exporter.hook.session import Session
+    from bottleneck_exporter.hook import instrument
+    from bottleneck_exporter.hook.session import Session
 
     model = FullyShardedDataParallel(torch.nn.Sequential(
         FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=torch.device("cpu")), torch.nn.Linear(8, 1)),
@@ -337,7 +337,7 @@ def test_the_wrapper_running_a_model_is_found_from_inside_its_forward(one_rank: 
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from exporter.hook.collective import enclosing_wrapper
+    from bottleneck_exporter.hook.collective import enclosing_wrapper
 
     class Probe(torch.nn.Module):
         def __init__(self) -> None:
@@ -400,8 +400,8 @@ def test_looking_for_a_wrapper_keeps_nothing_of_the_training_loop_alive(one_rank
     locals (here: a method's) are not snapshotted onto its frame, where they would outlive the loop's del."""
     import torch
 
-    from exporter.hook import instrument
-    from exporter.hook.session import Session
+    from bottleneck_exporter.hook import instrument
+    from bottleneck_exporter.hook.session import Session
 
     class Marker:  # what the loop moved past: a batch, its outputs
         pass
@@ -429,8 +429,8 @@ def test_a_closed_sessions_clock_is_fed_no_more_while_the_model_trains_on(one_ra
     run (the gradients are still all-reduced) but are not timed into a clock nobody reads."""
     import torch
 
-    from exporter.hook import instrument
-    from exporter.hook.session import Session
+    from bottleneck_exporter.hook import instrument
+    from bottleneck_exporter.hook.session import Session
 
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     batches = [(torch.randn(4, 8), torch.randn(4, 1))] * 2
@@ -460,8 +460,8 @@ def test_lightning_times_the_fsdp1_roots_its_trainer_runs_and_only_those(one_ran
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from exporter.hook import collective_fsdp1
-    from exporter.hook.lightning import BottleneckCallback
+    from bottleneck_exporter.hook import collective_fsdp1
+    from bottleneck_exporter.hook.lightning import BottleneckCallback
 
     cpu = torch.device("cpu")
     module = torch.nn.Sequential(FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=cpu), torch.nn.ReLU(),
@@ -486,7 +486,7 @@ def test_layers_under_a_root_that_ran_are_never_taken_for_roots(one_rank: None) 
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from exporter.hook import collective_fsdp1
+    from bottleneck_exporter.hook import collective_fsdp1
 
     cpu = torch.device("cpu")
     module = torch.nn.Sequential(FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=cpu), torch.nn.ReLU(),

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from exporter import diagnose
-from exporter.push.schema import validate
+from bottleneck_exporter import diagnose
+from bottleneck_exporter.push.schema import validate
 from tests.conftest import ROOT, free_port
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]
@@ -72,8 +72,9 @@ def test_collective_dominated_job_is_communication_bound(tmp_path: Path, mode: s
     diag = None
     try:
         wait_for_steps(socket_path, ranks, steps=3, timeout=240)
-        diag = subprocess.Popen([sys.executable, "-m", "exporter", "diagnose", "--window", "20", "--interval",
-                                 "1", "--json", f"--push.socket={socket_path}", "--collector.disable-defaults"],
+        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "20",
+                                 "--interval", "1", "--json", f"--push.socket={socket_path}",
+                                 "--collector.disable-defaults"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = diag.communicate(timeout=180)
     finally:

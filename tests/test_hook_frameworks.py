@@ -16,8 +16,8 @@ import torch
 from prometheus_client import CollectorRegistry
 from torch.utils.data import DataLoader, Dataset
 
-from exporter.push.receiver import PushReceiver
-from exporter.push.store import JobStore
+from bottleneck_exporter.push.receiver import PushReceiver
+from bottleneck_exporter.push.store import JobStore
 
 pytestmark = pytest.mark.torch
 
@@ -39,7 +39,7 @@ class SleepyDataset(Dataset):
 def run_lightning(address: str) -> None:
     import pytorch_lightning as pl
 
-    from exporter.hook.lightning import BottleneckCallback
+    from bottleneck_exporter.hook.lightning import BottleneckCallback
 
     class Regression(pl.LightningModule):
         def __init__(self) -> None:
@@ -62,7 +62,7 @@ def run_lightning(address: str) -> None:
 def run_huggingface(address: str, output: Path) -> None:
     from transformers import Trainer, TrainingArguments
 
-    from exporter.hook.huggingface import BottleneckCallback
+    from bottleneck_exporter.hook.huggingface import BottleneckCallback
 
     class Regression(torch.nn.Module):
         def __init__(self) -> None:

@@ -19,10 +19,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from exporter.hook import instrument
-from exporter.hook.session import Session
-from exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
-from exporter.push.schema import validate
+from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
+from bottleneck_exporter.push.schema import validate
 from tests.test_hook import received
 
 pytestmark = pytest.mark.torch

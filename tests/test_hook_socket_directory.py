@@ -1,4 +1,4 @@
-"""The hook sends only into a socket directory that no other user can have planted (exporter.push.paths).
+"""The hook sends only into a socket directory that no other user can have planted (bottleneck_exporter.push.paths).
 
 Runs as root (as CI does) to hand directories to other uids, the way another user on the node would own them.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.hook import transport as transport_module
-from exporter.hook.transport import Transport
-from exporter.push.paths import untrusted_directory
+from bottleneck_exporter.hook import transport as transport_module
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.push.paths import untrusted_directory
 
 OTHER_UID = 65534  # nobody: stands for another user of the node
 
@@ -50,7 +50,7 @@ def test_a_fallback_directory_planted_by_another_user_gets_nothing(shared_tmp: P
     os.chown(planted, OTHER_UID, OTHER_UID)
     with listening(planted / "push.sock") as thief:
         hook = Transport(f"unix://{planted}/push.sock")
-        with caplog.at_level(logging.WARNING, logger="exporter.hook"):
+        with caplog.at_level(logging.WARNING, logger="bottleneck_exporter.hook"):
             assert not any(hook.send(b'{"secret": 1}') for _ in range(5))
         assert received(thief) is None
     lines = [r.getMessage() for r in caplog.records]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.cli import build_collectors, build_parser
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, free_port, require_tool
 
 HOST = FIXTURES / "host"
@@ -352,7 +352,7 @@ def test_a_cpu_that_came_back_online_restarts_its_counters(tmp_path: Path) -> No
 # ---- bad options are refused at start, naming the key ----
 
 def _run_exporter(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{free_port()}",
+    return subprocess.run([sys.executable, "-m", "bottleneck_exporter", f"--web.listen-address=127.0.0.1:{free_port()}",
                            *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 

@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import build_collectors, build_parser
-from exporter.kube.cgroup import PodCgroup, parse_cgroup, read_pod_cgroup
-from exporter.kube.podlogs import PodIdentity, parse_listing, read_pod_logs
-from exporter.kube.processes import ProcessPods
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.kube.cgroup import PodCgroup, parse_cgroup, read_pod_cgroup
+from bottleneck_exporter.kube.podlogs import PodIdentity, parse_listing, read_pod_logs
+from bottleneck_exporter.kube.processes import ProcessPods
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES
 
 CGROUPS = FIXTURES / "kube" / "cgroup"

@@ -24,11 +24,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import build_collectors, build_parser
-from exporter.collectors.kubernetes import KubernetesCollector
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.kube.podresources import PodResourcesError
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.collectors.kubernetes import KubernetesCollector
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.kube.podresources import PodResourcesError
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import ROOT, require_tool
 
 GPU0 = "GPU-5e0c1d2a-3b4c-5d6e-7f80-91a2b3c4d5e6"
@@ -266,7 +266,7 @@ def test_device_ids_that_are_not_uuids_are_left_out_with_one_warning(
 @pytest.mark.parametrize("flag", ["--collector.kubernetes.timeout=0", "--collector.kubernetes.timeout=soon",
                                   "--collector.kubernetes.gpu-resource=("])
 def test_bad_option_is_refused_naming_it(tmp_path: Path, flag: str) -> None:
-    from exporter.config import ConfigError
+    from bottleneck_exporter.config import ConfigError
 
     with pytest.raises(ConfigError, match=flag.split("=")[0].removeprefix("--")):
         collector(tmp_path / "kubelet.sock", flag)
@@ -275,9 +275,9 @@ def test_bad_option_is_refused_naming_it(tmp_path: Path, flag: str) -> None:
 NON_ROOT_SCRAPE = """
 import logging, sys
 from prometheus_client import CollectorRegistry, generate_latest
-from exporter.cli import build_collectors, build_parser
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.training.registry import TrainingRegistry
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 args = build_parser().parse_args(["--collector.disable-defaults", "--collector.kubernetes",
                                   "--collector.kubernetes.pod-resources-socket=" + sys.argv[1]])

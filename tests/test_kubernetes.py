@@ -21,11 +21,11 @@ import pytest
 import requests
 import yaml
 
-from exporter.cli import build_parser
-from exporter.heuristics.catalogue import resolve
-from exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
-from exporter.push.paths import DEFAULT_SOCKET
-from exporter.web.server import parse_listen_address
+from bottleneck_exporter.cli import build_parser
+from bottleneck_exporter.heuristics.catalogue import resolve
+from bottleneck_exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from bottleneck_exporter.push.paths import DEFAULT_SOCKET
+from bottleneck_exporter.web.server import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -384,9 +384,9 @@ def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, colle
     """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
     ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of
     them) to it (the config file must not turn a collector back on)."""
-    from exporter import parts
-    from exporter.config import load_yaml
-    from exporter.training.registry import TrainingRegistry
+    from bottleneck_exporter import parts
+    from bottleneck_exporter.config import load_yaml
+    from bottleneck_exporter.training.registry import TrainingRegistry
 
     objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors import REGISTRY
-from exporter.status import logs
+from bottleneck_exporter.collectors import REGISTRY
+from bottleneck_exporter.status import logs
 from tests.conftest import ROOT
 
 PROFILES = ROOT / "tests" / "fixtures" / "gpu-profiles"

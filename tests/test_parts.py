@@ -11,13 +11,13 @@ from pathlib import Path
 import requests
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.cli import build_parser
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.parts import PUSH, build_parts
-from exporter.push import settings as push_settings
-from exporter.status import Status
-from exporter.training.registry import TrainingRegistry
-from exporter.web.server import serve, start_in_thread
+from bottleneck_exporter.cli import build_parser
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.parts import PUSH, build_parts
+from bottleneck_exporter.push import settings as push_settings
+from bottleneck_exporter.status import Status
+from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.web.server import serve, start_in_thread
 from tests.conftest import FIXTURES, free_port, wait_http
 
 PROFILE = FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml"
@@ -51,7 +51,7 @@ def test_push_and_collector_options_take_one_precedence_default_file_flag(tmp_pa
 
 
 def test_push_option_errors_name_the_file_and_key_like_a_collector_s(tmp_path: Path) -> None:
-    from exporter.config import ConfigError
+    from bottleneck_exporter.config import ConfigError
 
     for file_config, message in (({"push": {"max-jobs": 0}}, "exporter.yml: push.max-jobs: expected a positive"),
                                  ({"collectors": {"gpu": {"max-processes": 0}}},

@@ -21,11 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import procfs
-from exporter.cli import build_collectors, build_parser
-from exporter.collectors.orchestrator import Orchestrator
-from exporter.hook.session import data_worker_children
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter import procfs
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.collectors.orchestrator import Orchestrator
+from bottleneck_exporter.hook.session import data_worker_children
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES, ROOT
 
 HOST = FIXTURES / "host"
@@ -271,9 +271,9 @@ def test_the_hook_finds_its_workers_by_the_name_torch_gives_them(tmp_path: Path)
 
 
 def test_the_hook_and_the_proc_reader_import_nothing_outside_the_standard_library() -> None:
-    """The hook loads inside the trainer and reads /proc through exporter.procfs: importing either must not
+    """The hook loads inside the trainer and reads /proc through bottleneck_exporter.procfs: importing either must not
     pull a daemon dependency (prometheus_client, yaml, psutil, bcrypt, nvml) or torch."""
-    probe = ("import sys; before = set(sys.modules); import exporter.procfs, exporter.hook; "
+    probe = ("import sys; before = set(sys.modules); import bottleneck_exporter.procfs, bottleneck_exporter.hook; "
              "loaded = {m.split('.')[0] for m in set(sys.modules) - before}; "
              "print(' '.join(sorted(loaded - set(sys.stdlib_module_names))))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,

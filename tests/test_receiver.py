@@ -26,16 +26,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import ConfigError
-from exporter.hook.session import Session
-from exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
-from exporter.hook.transport import Transport
-from exporter.push import settings as push_settings
-from exporter.push.liveness import ProcessTable
-from exporter.push.receiver import PushReceiver
-from exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
-from exporter.push.store import JobStore
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.config import ConfigError
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.push import settings as push_settings
+from bottleneck_exporter.push.liveness import ProcessTable
+from bottleneck_exporter.push.receiver import PushReceiver
+from bottleneck_exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
+from bottleneck_exporter.push.store import JobStore
+from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import require_tool
 
 
@@ -318,8 +318,8 @@ def wait_for(condition: Any, what: str) -> None:
 # rank hung in an all-reduce does) until its stdin closes.
 _SILENT_TRAINER = """
 import json, os, sys
-from exporter.hook.transport import Transport
-from exporter.push.schema import encode
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.push.schema import encode
 payload = json.loads(sys.argv[2])
 payload["pid"] = os.getpid()
 print("sent" if Transport(sys.argv[1]).send(encode(payload)) else "not sent", flush=True)
@@ -668,7 +668,7 @@ def test_default_socket_directory_unusable_falls_back_with_one_log_line(tmp_path
     blocker.write_text("")
     fallback = tmp_path / "fallback" / "push.sock"
     monkeypatch.setattr(push_settings, "socket_candidates", lambda: [str(blocker / "push.sock"), str(fallback)])
-    with caplog.at_level(logging.INFO, logger="exporter.push"):
+    with caplog.at_level(logging.INFO, logger="bottleneck_exporter.push"):
         rx = push_settings.build_receiver(parse([]), {}, TrainingRegistry())
     assert rx is not None and rx.unix_path == str(fallback)
     assert stat.S_IMODE(os.stat(fallback.parent).st_mode) == 0o700
@@ -681,7 +681,7 @@ def test_no_usable_socket_means_no_receiver_and_one_error(tmp_path, monkeypatch,
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setattr(push_settings, "socket_candidates", lambda: [str(blocker / "a.sock"), str(blocker / "b.sock")])
-    with caplog.at_level(logging.INFO, logger="exporter.push"):
+    with caplog.at_level(logging.INFO, logger="bottleneck_exporter.push"):
         assert push_settings.build_receiver(parse([]), {}, TrainingRegistry()) is None
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "running without the Unix push receiver" in errors[0].getMessage()
@@ -728,7 +728,7 @@ def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_
     assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), \
         checked.stdout + checked.stderr
 
-    refused = subprocess.run([sys.executable, "-m", "exporter", "--web.listen-address=127.0.0.1:0",
+    refused = subprocess.run([sys.executable, "-m", "bottleneck_exporter", "--web.listen-address=127.0.0.1:0",
                               "--push.listen-udp=192.0.2.1:9999"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "--push.listen-udp: 192.0.2.1 is not a loopback address" in refused.stderr
@@ -745,8 +745,8 @@ def test_hook_package_imports_and_runs_without_torch_lightning_or_transformers(t
         "import sys\n"
         "for name in ('torch', 'pytorch_lightning', 'lightning', 'transformers'):\n"
         "    sys.modules[name] = None  # any import of them now raises ImportError\n"
-        "import exporter.hook, exporter.push\n"
-        "from exporter.hook import instrument\n"
+        "import bottleneck_exporter.hook, bottleneck_exporter.push\n"
+        "from bottleneck_exporter.hook import instrument\n"
         f"loader = instrument([[1, 2], [3, 4]], address='unix://{tmp_path}/absent.sock')\n"
         "assert [b for b in loader] == [[1, 2], [3, 4]]\n"
         "assert loader.bottleneck_session.clock.steps == 2\n"

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.heuristics import catalogue as cat
-from exporter.heuristics import generate
-from exporter.heuristics.promql import parse
-from exporter.heuristics.scenarios import FIRES, NEAR_MISS, NOT_YET, SCENARIOS
-from exporter.push.receiver import PushReceiver
-from exporter.push.store import JobStore
+from bottleneck_exporter.heuristics import catalogue as cat
+from bottleneck_exporter.heuristics import generate
+from bottleneck_exporter.heuristics.promql import parse
+from bottleneck_exporter.heuristics.scenarios import FIRES, NEAR_MISS, NOT_YET, SCENARIOS
+from bottleneck_exporter.push.receiver import PushReceiver
+from bottleneck_exporter.push.store import JobStore
 from tests.conftest import ROOT, require_tool
 
 CATALOGUE = cat.resolve()

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from exporter.dashboards import node
-from exporter.dashboards.verdict_catalogue import verdicts
-from exporter.diagnose import diagnose_store
-from exporter.heuristics import catalogue, generate
-from exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
-from exporter.heuristics.scenarios import Timeline, process, store_of
-from exporter.heuristics.scenarios import node as node_series
-from exporter.heuristics.sources import BUNDLES, Unreadable
+from bottleneck_exporter.dashboards import node
+from bottleneck_exporter.dashboards.verdict_catalogue import verdicts
+from bottleneck_exporter.diagnose import diagnose_store
+from bottleneck_exporter.heuristics import catalogue, generate
+from bottleneck_exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
+from bottleneck_exporter.heuristics.scenarios import Timeline, process, store_of
+from bottleneck_exporter.heuristics.scenarios import node as node_series
+from bottleneck_exporter.heuristics.sources import BUNDLES, Unreadable
 from tests.conftest import ROOT
 
 # The change: iowait counts as busy (a core waiting for storage is not free for the loaders).

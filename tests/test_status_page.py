@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.status.page import render
-from exporter.status.recorder import MAX_SNAPSHOTS, Recorder
+from bottleneck_exporter.status.page import render
+from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder
 from tests.conftest import ROOT, require_tool
 from tests.test_e2e_bundles import dcgm_exporter, node_exporter  # noqa: F401 (fixtures)
 from tests.test_hook import wait_for
@@ -175,7 +175,7 @@ def test_a_fast_scraper_does_not_fill_the_ring_faster_than_the_spacing() -> None
 
 
 def test_status_json_is_valid_json_before_the_first_collection() -> None:
-    from exporter.status import model
+    from bottleneck_exporter.status import model
 
     data = model.build([], {}, {"version": "0.1.0", "started_at": 0.0}, now=5.0)
     json.dumps(data)

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from exporter.cli import build_parser
+from bottleneck_exporter.cli import build_parser
 from tests.conftest import ROOT, require_tool
 
 SYSTEMD = ROOT / "deploy" / "systemd"

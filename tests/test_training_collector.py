@@ -21,11 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import build_collectors, build_parser
-from exporter.collectors.base import Collector
-from exporter.config import ConfigError
-from exporter.training.discovery import Discovery, read_argv, script_name
-from exporter.training.registry import RegisteredProcess, TrainingRegistry
+from bottleneck_exporter.cli import build_collectors, build_parser
+from bottleneck_exporter.collectors.base import Collector
+from bottleneck_exporter.config import ConfigError
+from bottleneck_exporter.training.discovery import Discovery, read_argv, script_name
+from bottleneck_exporter.training.registry import RegisteredProcess, TrainingRegistry
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 TRAINING = FIXTURES / "training"

@@ -186,7 +186,7 @@ def test_client_allowed_sans_admit_only_certificates_naming_one(
 
 
 def _refused(args: list[str]) -> str:
-    result = subprocess.run([sys.executable, "-m", "exporter", "--web.listen-address=127.0.0.1:0", *args],
+    result = subprocess.run([sys.executable, "-m", "bottleneck_exporter", "--web.listen-address=127.0.0.1:0", *args],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     return result.stderr
@@ -359,7 +359,7 @@ def test_scrapes_beyond_web_max_requests_are_answered_503() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from exporter.web.server import serve, start_in_thread
+    from bottleneck_exporter.web.server import serve, start_in_thread
     from tests.conftest import free_port
 
     held = _BlockingCollector()
@@ -396,7 +396,7 @@ def _basic(user: str, password: str) -> str:
 
 
 def _counting_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    import exporter.web.config as webconfig
+    import bottleneck_exporter.web.config as webconfig
 
     calls: list[bytes] = []
     real = bcrypt.checkpw
@@ -411,7 +411,7 @@ def _counting_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 def test_a_repeated_wrong_password_costs_one_bcrypt_per_interval(tmp_path: Path, monkeypatch) -> None:
     # Regression: every wrong password cost a full bcrypt, with no limit: 60 a second starved real scrapes.
-    from exporter.web.config import load_web_config
+    from bottleneck_exporter.web.config import load_web_config
 
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     config = load_web_config(str(_web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")))
@@ -505,7 +505,7 @@ def test_at_the_connection_bound_the_longest_waiting_stalled_connection_makes_ro
     # However many connections stall, a new one (a scrape) gets in: the stalled client waiting longest goes.
     from prometheus_client import CollectorRegistry
 
-    import exporter.web.server as web
+    import bottleneck_exporter.web.server as web
     from tests.conftest import free_port
 
     monkeypatch.setattr(web, "_MAX_CONNECTIONS", 20)

@@ -9,7 +9,7 @@ export, and the presets that leave it to them).
 import importlib
 import pkgutil
 
-from exporter.collectors.base import REGISTRY, Collector, Context, Option, Registration, register
+from bottleneck_exporter.collectors.base import REGISTRY, Collector, Context, Option, Registration, register
 
 _NOT_COLLECTORS = ("base", "coexistence", "devicefilter", "orchestrator")
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client.metrics_core import Metric
 
 if TYPE_CHECKING:
-    from exporter.gpu.backend import GpuBackend
-    from exporter.training.registry import TrainingRegistry
+    from bottleneck_exporter.gpu.backend import GpuBackend
+    from bottleneck_exporter.training.registry import TrainingRegistry
 
 
 class Collector(Protocol):

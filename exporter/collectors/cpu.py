@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, register
-from exporter.procfs import CPU_MODES, USER_HZ, read_cpu_stat, read_loadavg, read_schedstat
+from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.procfs import CPU_MODES, USER_HZ, read_cpu_stat, read_loadavg, read_schedstat
 
 log = logging.getLogger(__name__)
 

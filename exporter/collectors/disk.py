@@ -19,9 +19,9 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, register
-from exporter.collectors.devicefilter import DeviceFilter, device_filter_options
-from exporter.procfs import list_dir, read_diskstats
+from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.collectors.devicefilter import DeviceFilter, device_filter_options
+from bottleneck_exporter.procfs import list_dir, read_diskstats
 
 DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|sr)\d+$"
 

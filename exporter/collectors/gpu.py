@@ -1,8 +1,8 @@
 """NVIDIA GPUs through NVML (or a recorded profile): the gpu section of docs/metrics.md.
 
-Reads a GpuBackend (``exporter.gpu.nvml`` by default, ``exporter.gpu.fake`` with ``--collector.gpu.profile``)
-and the command name of each GPU process from ``<procfs>/<pid>/comm``. Exposes, per GPU and per MIG
-instance (``gpu`` is the NVML index, or ``<index>/<gpu instance>/<compute instance>`` for a MIG instance)::
+Reads a GpuBackend (``bottleneck_exporter.gpu.nvml`` by default, ``bottleneck_exporter.gpu.fake`` with
+``--collector.gpu.profile``) and the command name of each GPU process from ``<procfs>/<pid>/comm``. Exposes, per GPU and
+per MIG instance (``gpu`` is the NVML index, or ``<index>/<gpu instance>/<compute instance>`` for a MIG instance)::
 
     bottleneck_gpu_up{gpu="0",uuid="GPU-…"} 1.0
     bottleneck_gpu_utilization_ratio{gpu="0",uuid="GPU-…"} 0.97
@@ -29,12 +29,19 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, register
-from exporter.collectors.coexistence import GPU_UNIQUE
-from exporter.gpu.backend import VIOLATION_POLICIES, Device, DriverInfo, GpuBackend, Identity, NvmlUnavailable
-from exporter.gpu.guard import FieldGuard
-from exporter.gpu.samples import UtilizationHistogram
-from exporter.procfs import read_text
+from bottleneck_exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, register
+from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE
+from bottleneck_exporter.gpu.backend import (
+    VIOLATION_POLICIES,
+    Device,
+    DriverInfo,
+    GpuBackend,
+    Identity,
+    NvmlUnavailable,
+)
+from bottleneck_exporter.gpu.guard import FieldGuard
+from bottleneck_exporter.gpu.samples import UtilizationHistogram
+from bottleneck_exporter.procfs import read_text
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +168,11 @@ class GpuCollector:
             return ctx.gpu_backend_factory()
         profile = ctx.options.get("profile") or ""
         if profile:
-            from exporter.gpu.fake import FakeBackend
-            from exporter.gpu.profile import load_profile
+            from bottleneck_exporter.gpu.fake import FakeBackend
+            from bottleneck_exporter.gpu.profile import load_profile
 
             return FakeBackend(load_profile(profile))  # a bad profile refuses startup with a clear message
-        from exporter.gpu.nvml import NvmlBackend
+        from bottleneck_exporter.gpu.nvml import NvmlBackend
 
         return NvmlBackend()
 

@@ -1,5 +1,5 @@
 """GPUs held by pods: one info series per GPU (or MIG instance) and container, from the kubelet's pod-resources
-API (``exporter.kube.podresources``), joinable on ``uuid`` with every GPU series::
+API (``bottleneck_exporter.kube.podresources``), joinable on ``uuid`` with every GPU series::
 
     bottleneck_gpu_kubernetes_info{uuid="GPU-5e0c…",resource="nvidia.com/gpu",namespace="ml",pod="bert-0",
                                    container="trainer"} 1.0
@@ -23,8 +23,8 @@ from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, Option, parse_regex, register
-from exporter.kube.podresources import (
+from bottleneck_exporter.collectors.base import Context, Option, parse_regex, register
+from bottleneck_exporter.kube.podresources import (
     DEFAULT_GPU_RESOURCES,
     DEFAULT_SOCKET,
     GpuAllocation,

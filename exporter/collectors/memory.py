@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, register
-from exporter.procfs import read_meminfo, read_vmstat
+from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.procfs import read_meminfo, read_vmstat
 
 # (meminfo key, metric name, help)
 _MEMINFO = (

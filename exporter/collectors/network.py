@@ -17,9 +17,9 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, register
-from exporter.collectors.devicefilter import DeviceFilter, device_filter_options
-from exporter.procfs import list_dir, read_count, read_int, read_net_dev, read_rate, read_text
+from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.collectors.devicefilter import DeviceFilter, device_filter_options
+from bottleneck_exporter.procfs import list_dir, read_count, read_int, read_net_dev, read_rate, read_text
 
 DEFAULT_EXCLUDE = r"^lo$"
 

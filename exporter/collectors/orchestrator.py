@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from exporter import __version__
-from exporter.collectors.base import Collector
-from exporter.procfs import ProcParseError
+from bottleneck_exporter import __version__
+from bottleneck_exporter.collectors.base import Collector
+from bottleneck_exporter.procfs import ProcParseError
 
 log = logging.getLogger(__name__)
 

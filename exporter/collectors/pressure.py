@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
-from exporter.collectors.base import Context, register
-from exporter.procfs import read_pressure
+from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.procfs import read_pressure
 
 RESOURCES = ("cpu", "io", "memory")
 

@@ -1,9 +1,9 @@
 """Training processes on this node: CPU per thread role, busiest thread, memory, context switches, IO.
 
-Finds trainers without being told (``exporter.training.discovery``: DataLoader worker children, a CUDA
-device held open, a command line) or because the push receiver registered them, then reads every thread of
-the trainer and its DataLoader workers (``exporter.training.ledger``). No PID or TID labels: a trainer is named by its
-script and LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
+Finds trainers without being told (``bottleneck_exporter.training.discovery``: DataLoader worker children, a CUDA device
+held open, a command line) or because the push receiver registered them, then reads every thread of the trainer and its
+DataLoader workers (``bottleneck_exporter.training.ledger``). No PID or TID labels: a trainer is named by its script and
+LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start time.
 
     bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu"} 1.0
     bottleneck_training_cpu_seconds_total{process="train.py",local_rank="0",role="main",mode="user"} 812.4
@@ -20,12 +20,12 @@ from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
-from exporter.kube.processes import ProcessPods, label_pods
-from exporter.procfs import USER_HZ, read_uptime
-from exporter.push.schema import JOB_LABEL
-from exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
-from exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
+from bottleneck_exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
+from bottleneck_exporter.kube.processes import ProcessPods, label_pods
+from bottleneck_exporter.procfs import USER_HZ, read_uptime
+from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
+from bottleneck_exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class TrainingCollector:
         )
         self._ledgers: dict[tuple[int, int], TrainerLedger] = {}
         self._dropped_logged = 0
-        # namespace/pod/container of trainers that run in a pod (exporter.kube.processes).
+        # namespace/pod/container of trainers that run in a pod (bottleneck_exporter.kube.processes).
         self.pods = ProcessPods(ctx.procfs, ctx.rootfs)
         # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
         self._lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Grafana dashboards from code: ``python -m exporter.dashboards`` writes one dashboard set per rule bundle.
+"""Grafana dashboards from code: ``python -m bottleneck_exporter.dashboards`` writes one dashboard set per rule bundle.
 
 One module per dashboard (fleet, node, training, verdicts) lays out its panels; ``signals`` draws the heuristics
 catalogue's signals as a bundle's sources carry them (or a note naming the source a panel needs); ``panels``
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from exporter.dashboards import fleet, node, training, verdicts
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
+from bottleneck_exporter.dashboards import fleet, node, training, verdicts
+from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
 
-REGENERATE = "python -m exporter.dashboards"
+REGENERATE = "python -m bottleneck_exporter.dashboards"
 
 # File name in a bundle's directory → builder.
 DASHBOARDS: dict[str, Callable[[str, str], dict[str, Any]]] = {

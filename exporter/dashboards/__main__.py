@@ -1,4 +1,4 @@
-"""``python -m exporter.dashboards [--root DIR] [--check]``: write (or check) every bundle's dashboard JSON."""
+"""``python -m bottleneck_exporter.dashboards [--root DIR] [--check]``: write (or check) every bundle's JSON."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from exporter.dashboards import REGENERATE, render_all
+from bottleneck_exporter.dashboards import REGENERATE, render_all
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exporter.dashboards", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bottleneck_exporter.dashboards", description=__doc__)
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
                         help="repository root, holding grafana/dashboards/ and grafana/bundles/")
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.dashboards import node, verdict_catalogue
-from exporter.dashboards.panels import (
+from bottleneck_exporter.dashboards import node, verdict_catalogue
+from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
     Threshold,
@@ -20,10 +20,10 @@ from exporter.dashboards.panels import (
     table,
     timeseries,
 )
-from exporter.dashboards.signals import Signals, drawn
-from exporter.dashboards.thresholds import threshold
-from exporter.dashboards.variables import gpu_variable, job_variable, node_variable
-from exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.dashboards.signals import Signals, drawn
+from bottleneck_exporter.dashboards.thresholds import threshold
+from bottleneck_exporter.dashboards.variables import gpu_variable, job_variable, node_variable
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-fleet"
 N = 'instance=~"$instance"'

@@ -17,9 +17,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exporter.dashboards.panels import Panel, Query, text
-from exporter.heuristics.catalogue import MissingSignal, signal
-from exporter.heuristics.sources import (
+from bottleneck_exporter.dashboards.panels import Panel, Query, text
+from bottleneck_exporter.heuristics.catalogue import MissingSignal, signal
+from bottleneck_exporter.heuristics.sources import (
     BUNDLES,
     DCGM_BESIDE_OURS,
     DEFAULT_BUNDLE,

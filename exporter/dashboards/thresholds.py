@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 
-from exporter.heuristics.catalogue import Catalogue, resolve
-from exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.heuristics.catalogue import Catalogue, resolve
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 
 @functools.cache

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.dashboards.panels import query_variable
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, OURS
-from exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.dashboards.panels import query_variable
+from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, OURS
+from bottleneck_exporter.push.schema import JOB_LABEL
 
 
 def _series(bundle: str, *candidates: str) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from exporter.dashboards.panels import Panel, Query, table, with_value_text
-from exporter.dashboards.thresholds import catalogue
-from exporter.heuristics.catalogue import HEURISTICS, Heuristic
-from exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.dashboards.panels import Panel, Query, table, with_value_text
+from bottleneck_exporter.dashboards.thresholds import catalogue
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS, Heuristic
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}
 

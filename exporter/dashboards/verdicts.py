@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.dashboards import verdict_catalogue
-from exporter.dashboards.panels import (
+from bottleneck_exporter.dashboards import verdict_catalogue
+from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
     Threshold,
@@ -21,12 +21,12 @@ from exporter.dashboards.panels import (
     timeseries,
     with_links,
 )
-from exporter.dashboards.signals import Signals
-from exporter.dashboards.variables import job_variable, node_variable
-from exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
-from exporter.heuristics.catalogue import GROUPS
-from exporter.heuristics.sources import DEFAULT_BUNDLE
-from exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.dashboards.signals import Signals
+from bottleneck_exporter.dashboards.variables import job_variable, node_variable
+from bottleneck_exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
+from bottleneck_exporter.heuristics.catalogue import GROUPS
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.push.schema import JOB_LABEL
 
 UID = "bottleneck-verdicts"
 GROUP_TITLES = {

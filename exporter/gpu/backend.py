@@ -1,13 +1,13 @@
 """What the gpu collector may ask of a GPU source: plain values in base units, and the errors it may raise.
 
-Two sources implement :class:`GpuBackend`: ``exporter.gpu.nvml`` (the real NVML, the only module that
-imports ``pynvml``) and ``exporter.gpu.fake`` (a recorded profile replayed through the same methods).
+Two sources implement :class:`GpuBackend`: ``bottleneck_exporter.gpu.nvml`` (the real NVML, the only module that
+imports ``pynvml``) and ``bottleneck_exporter.gpu.fake`` (a recorded profile replayed through the same methods).
 No NVML type crosses this boundary: devices are named by their ``gpu`` label (``"0"``, or
 ``"0/2/1"`` for MIG GPU instance 2, compute instance 1 on GPU 0) and values are ints, floats, strings
 and the frozen dataclasses below.
 
 Every per-device method may raise :class:`NotSupported`, :class:`FunctionNotFound`, :class:`GpuLost` or
-:class:`BackendError`; ``exporter.gpu.guard.FieldGuard`` is the one place that decides what each means
+:class:`BackendError`; ``bottleneck_exporter.gpu.guard.FieldGuard`` is the one place that decides what each means
 for the scrape (series left out, logged once, GPU marked down).
 """
 

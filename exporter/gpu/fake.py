@@ -1,4 +1,4 @@
-"""A GPU source that replays a recorded profile (``exporter.gpu.profile``) through the GpuBackend protocol.
+"""A GPU source that replays a recorded profile (``bottleneck_exporter.gpu.profile``) through the GpuBackend protocol.
 
 Used by the tests and by ``--collector.gpu.profile=FILE`` for demos on machines without a GPU. It answers
 exactly like the NVML backend would, errors included: a field the profile lists as unsupported raises
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from exporter.gpu.backend import (
+from bottleneck_exporter.gpu.backend import (
     Clocks,
     Device,
     DriverInfo,
@@ -36,7 +36,7 @@ from exporter.gpu.backend import (
     UtilizationSample,
     XidEvent,
 )
-from exporter.gpu.profile import GpuRecording, Profile, SampleSpec
+from bottleneck_exporter.gpu.profile import GpuRecording, Profile, SampleSpec
 
 EPOCH_US = 1_752_480_000_000_000  # 2025-07-14T08:00:00Z, an arbitrary fixed start for reproducible timestamps
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from exporter.gpu.backend import BackendError, FunctionNotFound, GpuLost, NotSupported
+from bottleneck_exporter.gpu.backend import BackendError, FunctionNotFound, GpuLost, NotSupported
 
 log = logging.getLogger(__name__)
 

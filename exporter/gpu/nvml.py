@@ -1,6 +1,6 @@
 """The real GPU source: NVML through ``pynvml`` (nvidia-ml-py distribution). The only module importing it.
 
-Reads NVML and answers :class:`exporter.gpu.backend.GpuBackend` in base units; the gpu collector turns the
+Reads NVML and answers :class:`bottleneck_exporter.gpu.backend.GpuBackend` in base units; the gpu collector turns the
 answers into series such as::
 
     bottleneck_gpu_power_watts{gpu="0",uuid="GPU-…"} 629.45
@@ -8,7 +8,7 @@ answers into series such as::
 
 NVML is initialised lazily, on the first scrape, so a node without a driver starts and serves the other
 collectors. Every NVML call goes through :func:`_nvml`, which turns ``pynvml.NVMLError`` into the backend's
-error vocabulary; what each error means for the scrape is decided in ``exporter.gpu.guard``.
+error vocabulary; what each error means for the scrape is decided in ``bottleneck_exporter.gpu.guard``.
 
 Each accessor documents its unit and the ``nvidia-smi -q`` field it matches. Not exercised against a real
 GPU in this repository's tests (the CI machines have none): the tests replay recorded profiles through the
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from exporter.gpu.backend import (
+from bottleneck_exporter.gpu.backend import (
     BackendError,
     Clocks,
     Device,

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from exporter.gpu.backend import (
+from bottleneck_exporter.gpu.backend import (
     CLOCK_EVENT_REASONS,
     VIOLATION_POLICIES,
     Clocks,

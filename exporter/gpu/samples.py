@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from exporter.gpu.backend import UtilizationSample
+from bottleneck_exporter.gpu.backend import UtilizationSample
 
 # "Idle" (<= 5 %), three steps in between, "busy" (> 80 %), "saturated" (> 95 %).
 BUCKETS = (0.05, 0.3, 0.5, 0.8, 0.95, 1.0)

@@ -12,7 +12,7 @@ recording rule. :func:`resolve` fills them in (parameters may be overridden) and
     labels: {severity: warning}
 
 Label conventions the expressions rely on: per-rank series carry ``training_job`` (the training job's name,
-``exporter.push.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
+``bottleneck_exporter.push.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
 and ``rank``; every series carries ``instance``; ``job`` is Prometheus' scrape job, read only by the
 exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only.
 """
@@ -23,8 +23,8 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from exporter.heuristics import gotemplate
-from exporter.heuristics.promql import (
+from bottleneck_exporter.heuristics import gotemplate
+from bottleneck_exporter.heuristics.promql import (
     Aggregate,
     Binary,
     Call,
@@ -35,7 +35,14 @@ from exporter.heuristics.promql import (
     parse,
     parse_duration,
 )
-from exporter.heuristics.sources import BUNDLES, DCGM, DEFAULT_BUNDLE, NODE_EXPORTER, Unreadable, dcgm_as_ours
+from bottleneck_exporter.heuristics.sources import (
+    BUNDLES,
+    DCGM,
+    DEFAULT_BUNDLE,
+    NODE_EXPORTER,
+    Unreadable,
+    dcgm_as_ours,
+)
 
 PREFIX = "Bottleneck"
 SEVERITIES = ("critical", "warning", "info")

@@ -1,8 +1,8 @@
 """Writes every file derived from the heuristics catalogue, or checks that the committed ones are current.
 
-    python -m exporter.heuristics.generate            # (make generate) rewrite the files below
-    python -m exporter.heuristics.generate --check    # exit 1 and name the files that would change
-    python -m exporter.heuristics.generate --out /etc/prometheus/bottleneck --set rate_window=2m --no-tests
+    python -m bottleneck_exporter.heuristics.generate            # (make generate) rewrite the files below
+    python -m bottleneck_exporter.heuristics.generate --check    # exit 1 and name the files that would change
+    python -m bottleneck_exporter.heuristics.generate --out /etc/prometheus/bottleneck --set rate_window=2m --no-tests
 
 Files (relative to ``--out``, default: the current directory):
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from exporter.heuristics import gotemplate
-from exporter.heuristics.catalogue import (
+from bottleneck_exporter.heuristics import gotemplate
+from bottleneck_exporter.heuristics.catalogue import (
     GROUPS,
     HEURISTICS,
     PARAMETERS,
@@ -43,11 +43,11 @@ from exporter.heuristics.catalogue import (
     resolve,
     validate,
 )
-from exporter.heuristics.replay import Instance, Outcome, replay
-from exporter.heuristics.scenarios import SCENARIOS
-from exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, FAMILIES, FAMILY_WORDS, SOURCES, family_of
+from bottleneck_exporter.heuristics.replay import Instance, Outcome, replay
+from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, FAMILIES, FAMILY_WORDS, SOURCES, family_of
 
-COMMAND = "python -m exporter.heuristics.generate"
+COMMAND = "python -m bottleneck_exporter.heuristics.generate"
 RECORDING_RULES = "prometheus/recording-rules.yml"
 ALERT_RULES = "alerts/alert-rules.yml"
 RUNBOOK = "docs/runbook.md"

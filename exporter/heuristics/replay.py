@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
-from exporter.heuristics.promql import (
+from bottleneck_exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
+from bottleneck_exporter.heuristics.promql import (
     Aggregate,
     Binary,
     Call,
@@ -24,7 +24,7 @@ from exporter.heuristics.promql import (
     evaluate,
     parse,
 )
-from exporter.heuristics.scenarios import (
+from bottleneck_exporter.heuristics.scenarios import (
     EXPORTER_JOB,
     FIRES,
     NEAR_MISS,
@@ -35,7 +35,7 @@ from exporter.heuristics.scenarios import (
     for_minutes,
     store_of,
 )
-from exporter.heuristics.sources import BUNDLES, PEER_JOB, family_of
+from bottleneck_exporter.heuristics.sources import BUNDLES, PEER_JOB, family_of
 
 NOT_YET_SCAN_MINUTES = 45
 

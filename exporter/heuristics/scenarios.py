@@ -4,7 +4,7 @@ Each alert (each severity tier) has at least one scenario that fires, one near m
 and one that must not fire *yet* because its ``for:`` has not elapsed. The same table
 
 * renders to ``tests/rules/*.yml``, run by ``promtool test rules`` against the generated rules, and
-* drives the Python evaluator (``exporter.heuristics.promql``) that ``diagnose`` uses,
+* drives the Python evaluator (``bottleneck_exporter.heuristics.promql``) that ``diagnose`` uses,
 
 so the PromQL and the Python side cannot drift. Scenario names say which failure they guard against.
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from exporter.heuristics.catalogue import HEURISTICS, format_value
-from exporter.heuristics.promql import SeriesStore, parse_duration
-from exporter.heuristics.sources import Bundle
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS, format_value
+from bottleneck_exporter.heuristics.promql import SeriesStore, parse_duration
+from bottleneck_exporter.heuristics.sources import Bundle
 
 FIRES, NEAR_MISS, NOT_YET = "fires", "near_miss", "not_yet"
 INSTANCE = "gpu-node-1:9847"

@@ -27,12 +27,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
-from exporter.collectors.coexistence import GPU_UNIQUE, Twin
-from exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
+from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
+from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE, Twin
+from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
 
 if TYPE_CHECKING:
-    from exporter.heuristics.scenarios import Series
+    from bottleneck_exporter.heuristics.scenarios import Series
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
@@ -91,7 +91,7 @@ def _of_family(series: Sequence[Series], family: str) -> list[Series]:
 def _peer(s: Series, name: str, scale: float = 1.0, labels: Mapping[str, str] | None = None,
           drop: Sequence[str] = (), track: Sequence[float | None] | None = None) -> Series:
     """``s`` as the peer exposes it: renamed, in the peer's unit (ours = peer x ``scale``), labels changed."""
-    from exporter.heuristics.scenarios import series
+    from bottleneck_exporter.heuristics.scenarios import series
 
     kept = {k: v for k, v in s.labels if k != "__name__" and k not in drop}
     values = s.track if track is None else track

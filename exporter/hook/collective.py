@@ -7,10 +7,10 @@ completed), which includes the time spent waiting for the slowest peer to join::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
 
-Where the launches are seen: ``exporter.hook.collective_ddp`` (a DDP communication hook),
-``exporter.hook.collective_fsdp`` (FSDP2's communication objects) and ``exporter.hook.collective_fsdp1``
-(FSDP1's flat-parameter all-gathers and its communication hook). How each launch is timed depends on the
-process group's backend, never by waiting on the device:
+Where the launches are seen: ``bottleneck_exporter.hook.collective_ddp`` (a DDP communication hook),
+``bottleneck_exporter.hook.collective_fsdp`` (FSDP2's communication objects) and
+``bottleneck_exporter.hook.collective_fsdp1`` (FSDP1's flat-parameter all-gathers and its communication hook). How each
+launch is timed depends on the process group's backend, never by waiting on the device:
 
 - gloo: ``HostStopwatch``, ``perf_counter()`` at launch and at completion (the work's future, on whichever
   thread completes it): on gloo the future completes when the collective has.
@@ -35,9 +35,9 @@ from time import perf_counter
 from types import FrameType
 from typing import Any, Protocol
 
-from exporter.hook.timing import CudaEventLike
+from bottleneck_exporter.hook.timing import CudaEventLike
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 HOST, GPU = "host", "gpu"
 LOG_LIMIT = 1 << 12  # entries of CollectiveClock.log past which recording folds it (2048 collectives)
@@ -330,7 +330,7 @@ def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
-    from exporter.hook import collective_fsdp1
+    from bottleneck_exporter.hook import collective_fsdp1
 
     parallel = sys.modules.get("torch.nn.parallel")
     wrappers = [t for t in (getattr(parallel, "DistributedDataParallel", None), collective_fsdp1.fsdp_class())
@@ -354,10 +354,10 @@ def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], C
     """Time the collectives of ``model`` (DDP, or a model with FSDP2 or FSDP1 modules); False when it has
     none that the hook can time. With ``roots`` (the caller knows that nothing wraps the model), also those of
     the FSDP1 modules inside it that no other contains: roots of their own
-    (``exporter.hook.collective_fsdp1.attach_roots``). Safe to call again for the same model."""
+    (``bottleneck_exporter.hook.collective_fsdp1.attach_roots``). Safe to call again for the same model."""
     if "torch" not in sys.modules:
         return False
-    from exporter.hook import collective_ddp, collective_fsdp, collective_fsdp1
+    from bottleneck_exporter.hook import collective_ddp, collective_fsdp, collective_fsdp1
 
     watches = Stopwatches(clock, backend_of, gpu_event_factory)
     return (collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)

@@ -18,9 +18,9 @@ import logging
 import sys
 from typing import Any
 
-from exporter.hook.collective import Stopwatches, timing_failed
+from bottleneck_exporter.hook.collective import Stopwatches, timing_failed
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 _ATTACHED = "_bottleneck_comm_hook"
 

@@ -5,7 +5,7 @@ collective has; on NCCL once it is enqueued on FSDP's stream), from two places:
 
 - the all-gather of each flat parameter, in its ``FlatParamHandle._all_gather_flat_param`` (private): the
   hook replaces that method on each handle instance with one that times the call
-  (``exporter.hook.collective.timed_launch``);
+  (``bottleneck_exporter.hook.collective.timed_launch``);
 - the gradient reduction (reduce-scatter, or all-reduce under ``NO_SHARD``), through FSDP's one
   communication hook (what ``FullyShardedDataParallel.register_comm_hook`` sets on every FSDP module): the
   hook sets one that runs FSDP's own default (``reduce_scatter_hook`` / ``allreduce_hook``, with each
@@ -29,9 +29,9 @@ import logging
 import sys
 from typing import Any
 
-from exporter.hook.collective import Stopwatches, timed_launch
+from bottleneck_exporter.hook.collective import Stopwatches, timed_launch
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 _ATTACHED = "_bottleneck_fsdp1_comm_hook"
 
@@ -90,9 +90,9 @@ class TimedReduction:
 
 def attach(watches: Stopwatches, model: Any) -> bool:
     """Time the collectives of ``model``, an FSDP1 module (the root, in practice), and of the FSDP1 modules
-    under it; True if any are timed. A model that is not itself FSDP1 but has FSDP1 modules inside is left
-    alone: only a root may take a communication hook, and which modules are roots is known only once the
-    model runs (a wrapper the hook was not handed may hold it, ``exporter.hook.collective.enclosing_wrapper``;
+    under it; True if any are timed. A model that is not itself FSDP1 but has FSDP1 modules inside is left alone: only a
+    root may take a communication hook, and which modules are roots is known only once the model runs (a wrapper the
+    hook was not handed may hold it, ``bottleneck_exporter.hook.collective.enclosing_wrapper``;
     else ``attach_roots``)."""
     fsdp = fsdp_class()
     if fsdp is None or not isinstance(model, fsdp):

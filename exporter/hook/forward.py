@@ -19,13 +19,13 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
-from exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT, GpuTimer, StepClock
+from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT, GpuTimer, StepClock
 
 _MISSING = object()
 
 
 class ForwardSession(Protocol):
-    """What the wrapper reads and calls on the session (``exporter.hook.session.Session``), named here so
+    """What the wrapper reads and calls on the session (``bottleneck_exporter.hook.session.Session``), named here so
     that this module does not import the session, which imports it."""
 
     active: bool

@@ -17,8 +17,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from exporter.hook.session import Samples, Session
-from exporter.hook.timing import DATA_WAIT, OPTIMIZER, OTHER
+from bottleneck_exporter.hook.session import Samples, Session
+from bottleneck_exporter.hook.timing import DATA_WAIT, OPTIMIZER, OTHER
 
 
 class BottleneckCallback(TrainerCallback):

@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from exporter.push.schema import KUBERNETES_PATTERNS, MAX_RANK, sanitize_job
+from bottleneck_exporter.push.schema import KUBERNETES_PATTERNS, MAX_RANK, sanitize_job
 
 # PyTorchJob / MPIJob replicas ("train-worker-3"), then the random suffix of Job/ReplicaSet pods.
 _K8S_REPLICA = re.compile(r"-(master|worker|launcher|chief|ps|evaluator)-\d+$")

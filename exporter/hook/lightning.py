@@ -18,8 +18,8 @@ import importlib
 import sys
 from typing import Any
 
-from exporter.hook.session import Samples, Session
-from exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER, OTHER
+from bottleneck_exporter.hook.session import Samples, Session
+from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER, OTHER
 
 
 def _lightning_callback_base() -> type:
@@ -31,7 +31,7 @@ def _lightning_callback_base() -> type:
             return importlib.import_module(name).Callback
         except ImportError:
             continue
-    raise ImportError("exporter.hook.lightning needs pytorch-lightning or lightning installed")
+    raise ImportError("bottleneck_exporter.hook.lightning needs pytorch-lightning or lightning installed")
 
 
 class _BottleneckCallbackLogic:

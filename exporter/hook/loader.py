@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from exporter.hook.session import FETCH_ENDS_STEPPED, Samples, Session
-from exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
+from bottleneck_exporter.hook.session import FETCH_ENDS_STEPPED, Samples, Session
+from bottleneck_exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 
 def hook_disabled() -> bool:

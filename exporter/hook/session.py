@@ -1,9 +1,9 @@
 """One training process's telemetry: the marks the adapters call, the totals, and the periodic datagram.
 
-The plain-PyTorch wrapper (``exporter.hook.loader``), the Lightning and the Hugging Face callbacks all drive a
-``Session``: ``mark(phase)`` at each phase boundary, ``end_step()`` after each optimizer step. The first step
-end after each ``interval`` seconds sends one datagram of cumulative totals (so a rank that stops stepping
-falls silent), which the exporter turns into::
+The plain-PyTorch wrapper (``bottleneck_exporter.hook.loader``), the Lightning and the Hugging Face callbacks all drive
+a ``Session``: ``mark(phase)`` at each phase boundary, ``end_step()`` after each optimizer step. The first step end
+after each ``interval`` seconds sends one datagram of cumulative totals (so a rank that stops stepping falls silent),
+which the exporter turns into::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_steps_total{training_job="resnet",rank="0"} 120.0
@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from exporter.hook import collective
-from exporter.hook.forward import TimedForward
-from exporter.hook.identity import identify
-from exporter.hook.timing import (
+from bottleneck_exporter.hook import collective
+from bottleneck_exporter.hook.forward import TimedForward
+from bottleneck_exporter.hook.identity import identify
+from bottleneck_exporter.hook.timing import (
     GPU_PHASE_NAMES,
     OPTIMIZER,
     OTHER,
@@ -43,11 +43,11 @@ from exporter.hook.timing import (
     GpuTimer,
     StepClock,
 )
-from exporter.hook.transport import Transport
-from exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
-from exporter.push.schema import MAX_WORKER_PIDS, VERSION
+from bottleneck_exporter.hook.transport import Transport
+from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
+from bottleneck_exporter.push.schema import MAX_WORKER_PIDS, VERSION
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
@@ -185,7 +185,7 @@ class Session:
         self._loader_json = ""
         self.seq = 0
         self._cuda_index: int | None = None
-        # Read by exporter.hook.forward.TimedForward on every forward.
+        # Read by bottleneck_exporter.hook.forward.TimedForward on every forward.
         self.device_checked = False
         self.in_forward = False
         self.grad_enabled: Callable[[], bool] = _always
@@ -300,7 +300,7 @@ class Session:
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
-        """Time the model's outermost forward (see exporter.hook.forward for why not a module hook)."""
+        """Time the model's outermost forward (see bottleneck_exporter.hook.forward for why not a module hook)."""
         if id(model) in self._models:
             return
         import torch
@@ -355,7 +355,7 @@ class Session:
         self._optimizers.clear()
 
     def time_collectives(self, model: Any, find_wrapper: bool = False, alone: bool = False) -> None:
-        """Time the collectives of a DDP or FSDP model (exporter.hook.collective); again at the first
+        """Time the collectives of a DDP or FSDP model (bottleneck_exporter.hook.collective); again at the first
         forward, for a model whose FSDP modules were wrapped after instrument(). From inside the model's
         forward, ``find_wrapper`` looks on the stack for a DDP or FSDP1 wrapper the hook was not handed. When
         nothing wraps the model (none found there, or ``alone``: the caller knows), the FSDP1 modules inside it
@@ -376,7 +376,7 @@ class Session:
 
     def check_device(self, model: Any, find_wrapper: bool = True, alone: bool = False) -> None:
         """At the first training forward: turn on CUDA-event timing once the model's parameters are found on
-        a CUDA device, and time the collectives of a DDP or FSDP model (exporter.hook.collective); with
+        a CUDA device, and time the collectives of a DDP or FSDP model (bottleneck_exporter.hook.collective); with
         ``find_wrapper`` (when called from inside the model's forward) also those of the wrapper running it,
         or of its own FSDP1 roots when nothing does (``alone``: the caller knows nothing does)."""
         self.device_checked = True

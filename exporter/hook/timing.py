@@ -24,7 +24,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
-from exporter.push.schema import STEP_BUCKETS
+from bottleneck_exporter.push.schema import STEP_BUCKETS
 
 # Phase indices (positions in StepClock.phase_totals). OTHER is time in no measured phase (your own code
 # between steps): it is part of the step total but not of any phase. STEP_END is a mark, not a phase: it
@@ -56,14 +56,14 @@ class Totals:
 class StepClock:
     """The host timeline of the steps: per-phase totals, step count and time, samples, step-time histogram.
 
-    Marks are recorded, not computed: a mark appends its phase and ``perf_counter()`` to ``log`` (flat:
-    phase, time, phase, time, ...), and ``fold()`` later turns the log into the totals, a few steps at once:
-    at a step end every ``session.FOLD_ENTRIES`` entries, when the log passes ``LOG_LIMIT`` entries, and
-    before any total is read. Why: a mark runs in the middle of the training step, where every Python
-    operation is paid with cold caches; two appends per mark measured about 10 us per step less there than
-    the same arithmetic done in place (benchmarks/hook_overhead.py). The per-step hot paths
-    (``exporter.hook.loader``, ``exporter.hook.forward``, the optimizer hooks in ``exporter.hook.session``)
-    append inline; ``switch(phase)`` is the same mark as a call, for the framework callbacks.
+    Marks are recorded, not computed: a mark appends its phase and ``perf_counter()`` to ``log`` (flat: phase, time,
+    phase, time, ...), and ``fold()`` later turns the log into the totals, a few steps at once: at a step end every
+    ``session.FOLD_ENTRIES`` entries, when the log passes ``LOG_LIMIT`` entries, and before any total is read. Why: a
+    mark runs in the middle of the training step, where every Python operation is paid with cold caches; two appends per
+    mark measured about 10 us per step less there than the same arithmetic done in place (benchmarks/hook_overhead.py).
+    The per-step hot paths (``bottleneck_exporter.hook.loader``, ``bottleneck_exporter.hook.forward``, the optimizer
+    hooks in ``bottleneck_exporter.hook.session``) append inline; ``switch(phase)`` is the same mark as a call, for the
+    framework callbacks.
 
     Folds may run on two threads (the training thread's, and another that reads the totals, such as a
     framework's or a test's): a lock makes them take turns, and the training thread never waits for it

@@ -1,7 +1,7 @@
 """How the hook's datagrams leave the training process: non-blocking datagram sockets, never a wait.
 
 Reads ``BOTTLENECK_PUSH_ADDRESS`` (``unix:///path``, ``udp://127.0.0.1:PORT`` or ``off``); without it, sends
-to the first of ``exporter.push.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
+to the first of ``bottleneck_exporter.push.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
 restarting, its queue full, permission denied) drops the datagram and counts it in ``dropped``; the next send
 simply tries again, so the hook recovers by itself when the exporter comes back. The exporter shows the count
 once a datagram gets through::
@@ -29,9 +29,9 @@ import time
 import weakref
 from typing import Any
 
-from exporter.push.paths import socket_candidates, untrusted_directory
+from bottleneck_exporter.push.paths import socket_candidates, untrusted_directory
 
-log = logging.getLogger("exporter.hook")
+log = logging.getLogger("bottleneck_exporter.hook")
 
 _transports: weakref.WeakSet[Transport] = weakref.WeakSet()
 _RECHECK_SECONDS = 1.0

@@ -8,8 +8,9 @@ cgroup named after the container ID. The names depend on the cgroup driver and t
     11:memory:/kubepods.slice/kubepods-pod5f0c…_9e2b.slice/docker-<id>.scope      (cgroup v1, Guaranteed QoS)
     0::/../../kubepods-besteffort-pod5f0c…_9e2b.slice/crio-<id>.scope            (read from another cgroupns)
 
-Names (namespace, pod, container) are not in the cgroup: ``exporter.kube.podlogs`` finds them from the IDs.
-``parse_cgroup`` is pure (text in, identity out); ``read_pod_cgroup`` reads the file through ``exporter.procfs``.
+Names (namespace, pod, container) are not in the cgroup: ``bottleneck_exporter.kube.podlogs`` finds them from the IDs.
+``parse_cgroup`` is pure (text in, identity out); ``read_pod_cgroup`` reads the file through
+``bottleneck_exporter.procfs``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from exporter.procfs import read_cgroup
+from bottleneck_exporter.procfs import read_cgroup
 
 # A pod UID is a UUID (API pods; the systemd driver writes its dashes as underscores) or, for static pods, the
 # 32-hex hash of the manifest. The systemd slice carries its parents' names as a prefix: kubepods-burstable-pod…,

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.kube.cgroup import PodCgroup, read_pod_cgroup
-from exporter.kube.podlogs import PodIdentity, read_pod_logs
+from bottleneck_exporter.kube.cgroup import PodCgroup, read_pod_cgroup
+from bottleneck_exporter.kube.podlogs import PodIdentity, read_pod_logs
 
 POD_LABELS = ("namespace", "pod", "container")
 

@@ -22,8 +22,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from exporter.push.kubernetes import kubernetes_info
-from exporter.push.schema import (
+from bottleneck_exporter.push.kubernetes import kubernetes_info
+from bottleneck_exporter.push.schema import (
     COLLECTIVE,
     GPU_MEMORY,
     GPU_PHASES,
@@ -35,7 +35,7 @@ from exporter.push.schema import (
     LoaderSettings,
     Snapshot,
 )
-from exporter.push.store import RankState
+from bottleneck_exporter.push.store import RankState
 
 _JR = [JOB_LABEL, "rank"]
 _MEMORY_NAMES = {

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 
-from exporter.procfs import USER_HZ, ProcParseError, TaskStat, read_stat, shows_own_pid_namespace
+from bottleneck_exporter.procfs import USER_HZ, ProcParseError, TaskStat, read_stat, shows_own_pid_namespace
 
 log = logging.getLogger(__name__)
 

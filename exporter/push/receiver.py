@@ -32,11 +32,11 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.push.exposition import families
-from exporter.push.liveness import boot_clock
-from exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
-from exporter.push.store import JobStore, RankState
-from exporter.training.registry import RegisteredProcess, TrainingRegistry
+from bottleneck_exporter.push.exposition import families
+from bottleneck_exporter.push.liveness import boot_clock
+from bottleneck_exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
+from bottleneck_exporter.push.store import JobStore, RankState
+from bottleneck_exporter.training.registry import RegisteredProcess, TrainingRegistry
 
 log = logging.getLogger(__name__)
 

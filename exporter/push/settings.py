@@ -1,16 +1,16 @@
 """The push receiver's settings: ``--push.*`` flags and the ``push:`` section of the YAML config.
 
-Builds an ``exporter.push.receiver.PushReceiver`` (a prometheus_client collector with start()/stop()) that
+Builds an ``bottleneck_exporter.push.receiver.PushReceiver`` (a prometheus_client collector with start()/stop()) that
 listens on a Unix datagram socket, and on loopback UDP when asked, for the per-step timings the in-process
-hook (``exporter.hook``) sends. See docs/hook.md for every flag and the datagram schema. Exposes, once
+hook (``bottleneck_exporter.hook``) sends. See docs/hook.md for every flag and the datagram schema. Exposes, once
 running::
 
     bottleneck_push_datagrams_total 5120.0
     bottleneck_train_phase_seconds_total{training_job="resnet",phase="data_wait",rank="0"} 10.2
 
-The options (``OPTIONS``, at the end) are registered and resolved as a collector's are: ``Option`` rows, flags
-from ``exporter.config.add_option_flags``, values by ``exporter.config.option_values`` (registered default <
-config file < flag). A bad value is a ConfigError naming the flag, or the file and key.
+The options (``OPTIONS``, at the end) are registered and resolved as a collector's are: ``Option`` rows, flags from
+``bottleneck_exporter.config.add_option_flags``, values by ``bottleneck_exporter.config.option_values`` (registered
+default < config file < flag). A bad value is a ConfigError naming the flag, or the file and key.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any
 
-from exporter.collectors.base import Option, parse_bool, parse_positive_int
-from exporter.config import ConfigError, add_option_flags, section_values
-from exporter.push.paths import DEFAULT_SOCKET, socket_candidates
-from exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.collectors.base import Option, parse_bool, parse_positive_int
+from bottleneck_exporter.config import ConfigError, add_option_flags, section_values
+from bottleneck_exporter.push.paths import DEFAULT_SOCKET, socket_candidates
+from bottleneck_exporter.training.registry import TrainingRegistry
 
 if TYPE_CHECKING:
-    from exporter.push.receiver import PushReceiver
+    from bottleneck_exporter.push.receiver import PushReceiver
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,9 @@ def build_receiver(args: argparse.Namespace, file_config: dict[str, Any],
     if conf["disable"]:
         log.info("push receiver disabled (--push.disable)")
         return None
-    from exporter.push.liveness import ProcessTable
-    from exporter.push.receiver import PushReceiver
-    from exporter.push.store import JobStore
+    from bottleneck_exporter.push.liveness import ProcessTable
+    from bottleneck_exporter.push.receiver import PushReceiver
+    from bottleneck_exporter.push.store import JobStore
 
     # Senders are looked up where the collectors read processes: --path.procfs (/proc without that flag).
     processes = ProcessTable(getattr(args, "procfs", "/proc"))
@@ -171,12 +171,12 @@ def _parse_duration(value: Any) -> float:
     return seconds
 
 
-# The push receiver's options, registered like a collector's (``exporter.collectors.base.Option``) and resolved
-# by the same precedence (``exporter.config.option_values``): flags ``--push.<name>``, YAML ``push.<name>``.
-# Bounds sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes, 16 leaves
-# room for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the push
-# series are 8 x 16 ranks x 41 series = 5,248 (0.42 MB of text, docs/hook.md); the old 32 x 64 let one local
-# user add 84k series and a 6.8 MB scrape. MIG-partitioned nodes running many small jobs raise them by flag.
+# The push receiver's options, registered like a collector's (``bottleneck_exporter.collectors.base.Option``) and
+# resolved by the same precedence (``bottleneck_exporter.config.option_values``): flags ``--push.<name>``, YAML
+# ``push.<name>``. Bounds sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes,
+# 16 leaves room for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the
+# push series are 8 x 16 ranks x 41 series = 5,248 (0.42 MB of text, docs/hook.md); the old 32 x 64 let one local user
+# add 84k series and a 6.8 MB scrape. MIG-partitioned nodes running many small jobs raise them by flag.
 OPTIONS: tuple[Option, ...] = (
     Option("socket", DEFAULT_SOCKET,
            "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "

@@ -25,8 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.push.liveness import ProcessIdentity, ProcessTable
-from exporter.push.schema import Rejected, Snapshot
+from bottleneck_exporter.push.liveness import ProcessIdentity, ProcessTable
+from bottleneck_exporter.push.schema import Rejected, Snapshot
 
 
 @dataclasses.dataclass(frozen=True)

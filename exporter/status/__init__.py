@@ -22,14 +22,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from exporter import __version__
-from exporter.collectors.base import Collector
-from exporter.heuristics.sources import DEFAULT_BUNDLE
-from exporter.peers import Peer
-from exporter.status import model, page
-from exporter.status.peers import recorders
-from exporter.status.recorder import Recorder
-from exporter.status.verdicts import Verdicts, catalogue_names, evaluate
+from bottleneck_exporter import __version__
+from bottleneck_exporter.collectors.base import Collector
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.peers import Peer
+from bottleneck_exporter.status import model, page
+from bottleneck_exporter.status.peers import recorders
+from bottleneck_exporter.status.recorder import Recorder
+from bottleneck_exporter.status.verdicts import Verdicts, catalogue_names, evaluate
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.push.schema import JOB_LABEL
-from exporter.status.recorder import Snapshot
-from exporter.status.verdicts import Verdicts, evaluate
+from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.status.recorder import Snapshot
+from bottleneck_exporter.status.verdicts import Verdicts, evaluate
 
 # Phases of a step as the hook partitions it (docs/hook.md); "other" is the rest of the step: your own code.
 PHASES = ("data_wait", "forward", "backward", "optimizer", "other")

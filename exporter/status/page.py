@@ -1,6 +1,6 @@
 """The status page on ``/``: plain HTML and inline SVG, no script and no external asset.
 
-Renders the data of ``exporter.status.model`` for the person on the node: the verdicts first, then each
+Renders the data of ``bottleneck_exporter.status.model`` for the person on the node: the verdicts first, then each
 training job and rank with a bar of its step phases, then the collectors, the GPUs and the push receiver.
 """
 
@@ -10,7 +10,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.status.model import PHASES
+from bottleneck_exporter.status.model import PHASES
 
 PHASE_COLOURS = {"data_wait": "#e4572e", "forward": "#2e86de", "backward": "#8e44ad", "optimizer": "#27ae60",
                  "other": "#a4acb4"}
@@ -138,7 +138,8 @@ def _jobs(jobs: list[Mapping[str, Any]]) -> str:
     out = ["<section><h2>Training jobs</h2>"]
     if not jobs:
         out.append('<p class="muted">No training process has pushed its step timings. Instrument the loop with '
-                   "<code>loader = exporter.hook.instrument(loader, model=model, optimizer=optimizer)</code> "
+                   "<code>loader = bottleneck_exporter.hook.instrument(loader, model=model, optimizer=optimizer)"
+                   "</code> "
                    "(docs/hook.md).</p></section>")
         return "".join(out)
     out.append('<p class="legend">' + "".join(

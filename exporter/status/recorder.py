@@ -7,7 +7,7 @@ than ``MAX_AGE_SECONDS`` (the oldest drop out), and only series whose names are 
 catalogue's expressions and the page read). A snapshot whose series are those of the one before shares its list of
 series and adds only an array of values, 8 bytes a sample: 1,500 series (a 128-core node with 8 GPUs) cost
 under 1 MB for the whole ring. Nothing is evaluated here: the verdicts are computed when the page is asked
-for (``exporter.status.verdicts``).
+for (``bottleneck_exporter.status.verdicts``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Collector
+from bottleneck_exporter.collectors.base import Collector
 
 # At most 64 snapshots, none older than five minutes (the catalogue's default rate window).
 MAX_SNAPSHOTS = 64

@@ -1,8 +1,8 @@
 """The verdicts this exporter can compute from its own recent samples, with the catalogue's Python evaluator.
 
-The same rules and evaluator as ``bottleneck-exporter diagnose`` standalone (``exporter.diagnose``): the
-recorder's snapshots, and those of the peers the bundle reads (``exporter.status.peers``), become a series
-store labelled as Prometheus would (``exporter.peers.Points``: ours in ``<exporter_job>``, each peer in its
+The same rules and evaluator as ``bottleneck-exporter diagnose`` standalone (``bottleneck_exporter.diagnose``): the
+recorder's snapshots, and those of the peers the bundle reads (``bottleneck_exporter.status.peers``), become a series
+store labelled as Prometheus would (``bottleneck_exporter.peers.Points``: ours in ``<exporter_job>``, each peer in its
 own job, ``up`` per read), every alert expression of the bundle is evaluated at the last snapshot, rate
 windows being the recorded span. Computed only when asked (the status page), never in the background.
 """
@@ -15,12 +15,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from exporter.diagnose import Finding, diagnose_store, missing_in
-from exporter.heuristics.catalogue import resolve
-from exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
-from exporter.heuristics.sources import DEFAULT_BUNDLE
-from exporter.peers import Peer, Points, unjudged
-from exporter.status.recorder import Snapshot
+from bottleneck_exporter.diagnose import Finding, diagnose_store, missing_in
+from bottleneck_exporter.heuristics.catalogue import resolve
+from bottleneck_exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
+from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
+from bottleneck_exporter.peers import Peer, Points, unjudged
+from bottleneck_exporter.status.recorder import Snapshot
 
 MIN_SNAPSHOTS = 2  # a rate needs two points
 

@@ -3,7 +3,7 @@
 Reads ``/proc/PID/stat`` of every process on each scrape (name, parent, start time), and, cached per
 process for as long as it lives, ``/proc/PID/cmdline``, ``/proc/PID/environ`` (``LOCAL_RANK``) and the
 targets of ``/proc/PID/fd/*`` (an open ``/dev/nvidia-uvm`` means a CUDA context). Exposes nothing itself:
-``exporter.collectors.training`` turns what it finds into series such as
+``bottleneck_exporter.collectors.training`` turns what it finds into series such as
 
     bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu"} 1.0
     bottleneck_training_dataloader_workers_found{process="train.py",local_rank="0"} 2.0
@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from exporter.procfs import (
+from bottleneck_exporter.procfs import (
     ELASTIC_AGENT_COMM,
     PF_KTHREAD,
     WORKER_COMM,
@@ -36,7 +36,7 @@ from exporter.procfs import (
     read_environ_value,
     read_stat,
 )
-from exporter.training.registry import RegisteredProcess
+from bottleneck_exporter.training.registry import RegisteredProcess
 
 # Discovery reasons, strongest first: the order decides ``discovered_by`` and who is kept under max-processes.
 PUSH, WORKERS, GPU, CMDLINE = "push", "dataloader_workers", "gpu", "cmdline"

@@ -2,7 +2,7 @@
 
 Reads ``/proc/PID/task/TID/stat`` (utime, stime in USER_HZ ticks, start time), ``/proc/PID/task/TID/status``
 (context switches, VmRSS), ``/proc/PID/io`` (storage bytes) and ``/proc/uptime`` (the clock the kernel
-dates threads by). Exposes nothing itself; ``exporter.collectors.training`` turns a ``TrainerLedger`` into
+dates threads by). Exposes nothing itself; ``bottleneck_exporter.collectors.training`` turns a ``TrainerLedger`` into
 
     bottleneck_training_cpu_seconds_total{process="train.py",local_rank="",role="main",mode="user"} 41.2
     bottleneck_training_busiest_thread_cpu_ratio{process="train.py",local_rank="0",role="main"} 0.97
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from exporter.procfs import PIN_MEMORY_COMM, USER_HZ, WORKER_COMM, read_io, read_stat, read_status, tids
+from bottleneck_exporter.procfs import PIN_MEMORY_COMM, USER_HZ, WORKER_COMM, read_io, read_stat, read_status, tids
 
 MAIN, DATA_WORKER, PIN_MEMORY, OTHER = "main", "data_worker", "pin_memory", "other"
 ROLES = (MAIN, DATA_WORKER, PIN_MEMORY, OTHER)

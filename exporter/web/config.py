@@ -29,7 +29,7 @@ from typing import Any
 
 import bcrypt
 
-from exporter.config import ConfigError, load_yaml, shown_key
+from bottleneck_exporter.config import ConfigError, load_yaml, shown_key
 
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,

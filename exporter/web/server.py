@@ -12,7 +12,7 @@ deadline. Bounds, node_exporter's where it has one:
   more are answered 503, as node_exporter does;
 - bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address; more are
   answered 503, so a flood of wrong passwords costs one core at most and holds one place per address, and a
-  scraper whose credentials were verified once never waits for it (``exporter.web.config.WebConfig``).
+  scraper whose credentials were verified once never waits for it (``bottleneck_exporter.web.config.WebConfig``).
 
 Routes are a table (``routes``): a path, its handler, whether it answers without credentials and whether it
 blocks (runs in a scrape thread). Exposes nothing itself; ``/metrics`` answers, e.g.::
@@ -40,8 +40,8 @@ import h11
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter import __version__
-from exporter.web.config import WebConfig
+from bottleneck_exporter import __version__
+from bottleneck_exporter.web.config import WebConfig
 
 log = logging.getLogger(__name__)
 
