@@ -26,7 +26,7 @@ from bottleneck_exporter.cli import build_collectors, build_parser
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.hook.session import data_worker_children
 from bottleneck_exporter.training.registry import TrainingRegistry
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, PACKAGE, ROOT
 
 HOST = FIXTURES / "host"
 TRAINING = FIXTURES / "training"
@@ -165,7 +165,7 @@ def test_a_failing_collector_logs_once_per_change_of_state_not_per_scrape(
     meminfo = proc / "meminfo"
     good = meminfo.read_text()
     orchestrator = orchestrated(proc, sys_, "memory")
-    caplog.set_level(logging.INFO, logger="exporter")
+    caplog.set_level(logging.INFO, logger=PACKAGE)
 
     def lines_after_scrapes(scrapes: int) -> list[str]:
         caplog.clear()
@@ -276,10 +276,9 @@ def test_the_hook_and_the_proc_reader_import_nothing_outside_the_standard_librar
     probe = ("import sys; before = set(sys.modules); import bottleneck_exporter.procfs, bottleneck_exporter.hook; "
              "loaded = {m.split('.')[0] for m in set(sys.modules) - before}; "
              "print(' '.join(sorted(loaded - set(sys.stdlib_module_names))))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["exporter"]
+    assert result.stdout.split() == [PACKAGE]
 
 
 def test_a_collector_bug_logs_its_traceback_once_not_per_scrape(caplog: pytest.LogCaptureFixture) -> None:
@@ -288,7 +287,7 @@ def test_a_collector_bug_logs_its_traceback_once_not_per_scrape(caplog: pytest.L
             raise KeyError("no such field")
 
     orchestrator = Orchestrator({"broken": Broken()})  # type: ignore[dict-item]
-    caplog.set_level(logging.INFO, logger="exporter")
+    caplog.set_level(logging.INFO, logger=PACKAGE)
     for _ in range(3):
         assert success(scrape(orchestrator), "broken") == 0
     assert len(caplog.records) == 1
