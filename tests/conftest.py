@@ -9,16 +9,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import requests
+
+if TYPE_CHECKING:
+    from tests.promstack import Process
 
 ROOT = Path(__file__).resolve().parent.parent
 # The import name of the source folder exporter/ (pyproject.toml: package-dir).
 PACKAGE = "bottleneck_exporter"
 FIXTURES = ROOT / "tests" / "fixtures"
+# A recorded dcgm-exporter scrape of 4x H100: the peer series the dcgm bundles read.
+DCGM_FIXTURE = FIXTURES / "dcgm-exporter" / "hopper-4x-h100.prom"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,16 +51,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float = 20.0, **kwargs: object) -> requests.Response:
+T = TypeVar("T")
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2,
+               ignoring: tuple[type[Exception], ...] = ()) -> T:
+    """Poll ``check`` until it returns something truthy, and return that. After ``timeout`` seconds, an
+    AssertionError naming ``what`` and the last value (or the last of the ``ignoring`` errors, which count as
+    "not yet"). The one poller of the suite: a test never sleeps a fixed time for something to happen."""
     deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+    last: Any = None
+    while True:
         try:
-            return requests.get(url, timeout=2, **kwargs)  # type: ignore[arg-type]
-        except requests.RequestException as err:
+            last = check()
+        except ignoring as err:
             last = err
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer within {timeout}s: {last}")
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def wait_http(url: str, timeout: float = 20.0, **kwargs: object) -> requests.Response:
+    """The first answer of ``url``, whatever its status, once it listens."""
+    return wait_until(lambda: requests.get(url, timeout=2, **kwargs),  # type: ignore[arg-type]
+                      timeout, f"{url} to answer", interval=0.1, ignoring=(requests.RequestException,))
 
 
 class ExporterProcess:
@@ -75,17 +98,12 @@ class ExporterProcess:
         return self.log.read()
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"exporter exited {self.proc.returncode}: {self.output()}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("exporter did not become ready")
+            return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+
+        wait_until(ready, 30, "the exporter to become ready", interval=0.1, ignoring=(requests.RequestException,))
 
     def scrape(self) -> str:
         response = requests.get(f"{self.url}/metrics", timeout=10)
@@ -118,3 +136,48 @@ def start_exporter() -> Iterator[object]:
     yield start
     for exporter in started:
         exporter.stop()
+
+
+@pytest.fixture
+def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """``trainers(job, dataset, socket_path, *flags)`` → a running tests/hook_trainer.py (num_workers=0) pushing
+    to ``socket_path`` as training job ``job``; all of them are stopped after the test."""
+    started: list[subprocess.Popen[str]] = []
+    stop = tmp_path / "stop-trainers"
+
+    def start(job: str, dataset: str, socket_path: Path, *extra: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", dataset, "--workers", "0",
+             "--stop-file", str(stop), *extra],
+            env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": job},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    stop.touch()
+    for proc in started:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def node_exporter(tmp_path: Path) -> Iterator[Process]:
+    """A real node_exporter (Debian's prometheus-node-exporter) on a free port."""
+    from tests.promstack import start_node_exporter  # promstack imports this module
+
+    exporter = start_node_exporter(tmp_path)
+    yield exporter
+    exporter.stop()
+
+
+@pytest.fixture
+def dcgm_exporter() -> Iterator[str]:
+    """The recorded dcgm-exporter scrape as a static target: host:port."""
+    from tests.promstack import static_target
+
+    with static_target(DCGM_FIXTURE) as address:
+        yield address
+

@@ -16,15 +16,14 @@ import dataclasses
 import http.server
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
 
-from tests.conftest import free_port, require_tool
+from tests.conftest import free_port, require_tool, wait_until
 
 EXPORTER_JOB = "bottleneck-exporter"  # the catalogue's exporter_job parameter
 
@@ -34,17 +33,6 @@ class Target:
     address: str  # host:port of an exporter
     node: str  # the instance label it gets
 
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-    """Poll ``check`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 class Process:
@@ -223,3 +211,14 @@ def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str
             config["action"] = str(config["action"]).lower()
         configs.append(config)
     return configs
+
+
+# The rate window and for: the end-to-end tests generate the bundle with: short enough for a test to see a
+# verdict fire, long enough for a few scrapes.
+RATE_WINDOW = "20s"
+FOR = "10s"
+
+
+def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:
+    """The alerts of training job ``job`` (pending or firing)."""
+    return [a for a in prometheus.alerts() if a["labels"].get("training_job") == job]

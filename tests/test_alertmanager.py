@@ -21,8 +21,8 @@ import yaml
 
 from bottleneck_exporter.heuristics import gotemplate
 from bottleneck_exporter.heuristics.catalogue import AlertRule, resolve
-from tests.conftest import ROOT, require_tool
-from tests.promstack import Alertmanager, wait_until
+from tests.conftest import ROOT, require_tool, wait_until
+from tests.promstack import Alertmanager
 from tests.sinks import SlackSink, SmtpSink
 
 pytestmark = pytest.mark.tools

@@ -22,10 +22,9 @@ from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.replay import ScenarioError, replay, scrape_job
 from bottleneck_exporter.heuristics.scenarios import FIRES, SCENARIOS, Series
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, GPU, HOST, OURS, family_of, gpu_unique
-from tests.conftest import ROOT, require_tool
+from tests.conftest import DCGM_FIXTURE, ROOT, require_tool
 from tests.promstack import Process
 
-DCGM_FIXTURE = ROOT / "tests/fixtures/dcgm-exporter/hopper-4x-h100.prom"
 OTHER_BUNDLES = [b for b in BUNDLES if b != DEFAULT_BUNDLE]
 
 

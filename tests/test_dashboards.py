@@ -23,10 +23,9 @@ from bottleneck_exporter.dashboards import DASHBOARDS, REGENERATE, bundle_dir, r
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
-from tests.conftest import FIXTURES, ROOT, ExporterProcess, require_tool
+from tests.conftest import DCGM_FIXTURE, FIXTURES, ROOT, ExporterProcess, require_tool, wait_until
 from tests.promql_lint import lint
-from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target, wait_until
-from tests.test_bundles import DCGM_FIXTURE
+from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target
 
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"

@@ -33,7 +33,7 @@ from bottleneck_exporter.heuristics.scenarios import (
     rank,
     store_of,
 )
-from tests.conftest import ROOT, free_port, require_tool
+from tests.conftest import ROOT, free_port, require_tool, wait_until
 from tests.promstack import Prometheus
 
 CATALOGUE = resolve()
@@ -265,10 +265,7 @@ def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
     stop = tmp_path / "stop"
     trainer = None
     try:
-        deadline = time.monotonic() + 20
-        while not socket_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert socket_path.exists(), "diagnose did not bind its push socket"
+        wait_until(socket_path.exists, 20, "diagnose to bind its push socket")
         trainer = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
              "--stop-file", str(stop)],

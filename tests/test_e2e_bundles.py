@@ -10,7 +10,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,17 @@ import yaml
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
-from tests.conftest import ROOT, free_port
+from tests.conftest import DCGM_FIXTURE, ROOT, free_port, wait_until
 from tests.promstack import (
+    FOR,
     OPERATOR_TARGET_LABELS,
+    RATE_WINDOW,
     Process,
     Prometheus,
     Target,
+    alerts_of,
     operator_relabel_configs,
-    start_node_exporter,
-    static_target,
-    wait_until,
 )
-from tests.test_bundles import DCGM_FIXTURE
-from tests.test_e2e_rules import FOR, RATE_WINDOW, alerts_of, trainers  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 
@@ -49,16 +47,11 @@ def bundle_rules(tmp_path: Path, bundle: str) -> list[Path]:
     return [rules / f for f in generate.bundle_files(bundle)]
 
 
-@pytest.fixture
-def node_exporter(tmp_path: Path) -> Iterator[Process]:
-    exporter = start_node_exporter(tmp_path)
-    yield exporter
-    exporter.stop()
 
 
 def test_input_bound_run_fires_with_the_node_exporter_bundle_fed_by_node_exporter(
         tmp_path: Path, start_exporter: Any, node_exporter: Process,
-        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:
     socket_path = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={socket_path}", "--no-collector.gpu", *HOST_COLLECTORS_OFF])
     prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", NODE)],
@@ -92,7 +85,7 @@ def test_input_bound_run_fires_with_the_node_exporter_bundle_fed_by_node_exporte
 
 def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our_host_collectors(
         tmp_path: Path, start_exporter: Any, node_exporter: Process,
-        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:
     """A CPU-bound input pipeline with twice as many DataLoader workers as cores: the cores saturate, tasks
     queue. Prometheus runs the node-exporter bundle; our exporter keeps its host collectors on here, only so
     that the bottleneck bundle's conditions of every alert that reads host series (spelled out: no recording
@@ -143,11 +136,6 @@ def test_cpu_contention_run_fires_the_same_alerts_from_node_exporter_as_from_our
         prometheus.stop()
 
 
-@pytest.fixture
-def dcgm_exporter() -> Iterator[str]:
-    """The recorded dcgm-exporter scrape as a static target: host:port."""
-    with static_target(DCGM_FIXTURE) as address:
-        yield address
 
 
 def fixture_values(name: str) -> dict[str, float]:
@@ -201,7 +189,7 @@ def _standalone(args: list[str]) -> tuple[int, dict[str, Any]]:
 
 def test_standalone_diagnose_reads_node_exporter_names_input_bound_and_survives_it_missing(
         tmp_path: Path, start_exporter: Any, node_exporter: Process,
-        trainers: Callable[..., subprocess.Popen[str]]) -> None:  # noqa: F811
+        trainers: Callable[..., subprocess.Popen[str]]) -> None:
     """No Prometheus: diagnose samples our exporter (host collectors off, as under the preset) and the real
     node_exporter, and evaluates the node-exporter bundle it picks from the flags."""
     socket_path = tmp_path / "push.sock"

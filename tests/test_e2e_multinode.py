@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, ExporterProcess, free_port
-from tests.promstack import Alertmanager, Prometheus, Target, wait_until
+from tests.conftest import ROOT, ExporterProcess, free_port, wait_until
+from tests.promstack import Alertmanager, Prometheus, Target
 from tests.sinks import SlackSink, SmtpSink
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]

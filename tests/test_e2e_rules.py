@@ -16,8 +16,7 @@ import io
 import json
 import os
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,42 +26,17 @@ import yaml
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
-from tests.conftest import ROOT
-from tests.promstack import EXPORTER_JOB, Prometheus, Target, wait_until
+from tests.conftest import ROOT, wait_until
+from tests.promstack import EXPORTER_JOB, FOR, RATE_WINDOW, Prometheus, Target, alerts_of
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 
-RATE_WINDOW = "20s"
-FOR = "10s"
 CPU_PRESSURE_RATIO = resolve().parameters["cpu_pressure_ratio"]
 LOADER_CPU_SHARE = resolve().parameters["loader_cpu_share"]
 
 
-@pytest.fixture
-def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    stop = tmp_path / "stop-trainers"
-
-    def start(job: str, dataset: str, socket_path: Path, *extra: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", dataset, "--workers", "0",
-             "--stop-file", str(stop), *extra],
-            env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": job},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started.append(proc)
-        return proc
-
-    yield start
-    stop.touch()
-    for proc in started:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
-def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:
-    return [a for a in prometheus.alerts() if a["labels"].get("training_job") == job]
 
 
 def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_quiet(

@@ -23,7 +23,9 @@ from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.schema import Snapshot, encode, validate
+from bottleneck_exporter.push.schema import encode, validate
+from tests.conftest import wait_until
+from tests.datagrams import exported, received
 
 pytestmark = pytest.mark.torch
 
@@ -45,16 +47,6 @@ def value(scrape: dict[Any, float], name: str, **labels: str) -> float | None:
     found = [v for (n, lbls), v in scrape.items() if n == name and set(labels.items()) <= set(lbls)]
     assert len(found) <= 1, f"{name}{labels} matched {len(found)} series"
     return found[0] if found else None
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Trainer:
@@ -96,7 +88,7 @@ def steps_of(exporter: Any, job: str) -> Callable[[], dict[Any, float] | None]:
 
 def window(exporter: Any, job: str, more_steps: int) -> tuple[dict[Any, float], dict[Any, float]]:
     """Two scrapes ``more_steps`` optimizer steps apart, after the run has warmed up (like rate() in rules)."""
-    first = wait_for(steps_of(exporter, job), f"{job} to report steps")
+    first = wait_until(steps_of(exporter, job), 60, f"{job} to report steps")
     start = value(first, "bottleneck_train_steps_total", training_job=job) or 0
 
     def later() -> dict[Any, float] | None:
@@ -104,7 +96,7 @@ def window(exporter: Any, job: str, more_steps: int) -> tuple[dict[Any, float], 
         steps = value(scrape, "bottleneck_train_steps_total", training_job=job) or 0
         return scrape if steps >= start + more_steps else None
 
-    return first, wait_for(later, f"{job} to report {more_steps} more steps")
+    return first, wait_until(later, 60, f"{job} to report {more_steps} more steps")
 
 
 def share(first: dict[Any, float], second: dict[Any, float], job: str, phase: str) -> float:
@@ -174,7 +166,7 @@ def test_exporter_restarted_mid_run_metrics_resume_without_touching_training(sta
     args = ["--collector.disable-defaults", f"--push.socket={sock}"]
     first_exporter = start_exporter(args)
     trainers.append(Trainer(tmp_path, sock, "restartjob", "fast", workers=0))
-    before = wait_for(steps_of(first_exporter, "restartjob"), "steps before the restart")
+    before = wait_until(steps_of(first_exporter, "restartjob"), 60, "steps before the restart")
     steps_before = value(before, "bottleneck_train_steps_total", training_job="restartjob")
     first_exporter.proc.terminate()  # SIGTERM, as systemd would on a restart (the fixture collects its output)
     first_exporter.proc.wait(timeout=10)
@@ -189,7 +181,7 @@ def test_exporter_restarted_mid_run_metrics_resume_without_touching_training(sta
         steps = value(scrape, "bottleneck_train_steps_total", training_job="restartjob") or 0
         return scrape if steps > steps_before else None
 
-    after = wait_for(resumed, "metrics to resume after the restart")
+    after = wait_until(resumed, 60, "metrics to resume after the restart")
     # Totals are cumulative in the trainer, so nothing measured during the outage is lost; the datagrams
     # that found no exporter are counted.
     assert (value(after, "bottleneck_train_hook_dropped_datagrams_total", training_job="restartjob") or 0) > 0
@@ -430,28 +422,8 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     assert "forward" not in model.__dict__
 
 
-def received(sock: socket.socket) -> list[Snapshot]:
-    """Every datagram waiting on the non-blocking receiving socket ``sock``, validated."""
-    out = []
-    while True:
-        try:
-            out.append(validate(sock.recv(65536)))
-        except BlockingIOError:
-            return out
 
 
-def exported(sent: Snapshot, name: str) -> float | None:
-    """The value of series ``name`` that the exporter's push receiver exports for the datagram ``sent``."""
-    from prometheus_client import CollectorRegistry
-
-    from bottleneck_exporter.push.receiver import PushReceiver
-    from bottleneck_exporter.push.store import JobStore
-
-    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
-    receiver.store.accept(sent)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(receiver)
-    return registry.get_sample_value(name, {"training_job": sent.job, "rank": str(sent.rank)})
 
 
 def test_gpu_timings_abandoned_unfinished_are_sent_and_exported_not_only_counted():
@@ -512,10 +484,10 @@ def test_errors_sending_from_the_optimizer_hook_switch_the_hook_off_without_rais
         optimizers.append(optimizer)
         return instrument(loader, model=model, optimizer=optimizer, session=session)
 
-    deadline = time.monotonic() + 60
-    hooked = seeded_run(wrap)
-    while session.active and time.monotonic() < deadline:
-        hooked = seeded_run(wrap)
+    runs: list[Any] = []
+    wait_until(lambda: runs.append(seeded_run(wrap)) or not session.active, 60, "the hook to switch itself off",
+               interval=0)
+    hooked = runs[-1]
     assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
     assert not session.active and session.errors >= 10
     assert len(optimizers[-1]._optimizer_step_post_hooks) == 1  # still there, inert

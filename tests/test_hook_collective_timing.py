@@ -207,7 +207,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
     from bottleneck_exporter.hook.session import Session
     from bottleneck_exporter.push.schema import validate
-    from tests.test_hook import exported
+    from tests.datagrams import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
     for at in range(20):

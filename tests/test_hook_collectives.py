@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.push.schema import validate
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]
 
@@ -46,21 +45,23 @@ def wait_for_steps(socket_path: Path, ranks: list[subprocess.Popen[str]], steps:
     sock.bind(str(socket_path))
     sock.settimeout(1.0)
     seen: dict[int, int] = {}
-    deadline = time.monotonic() + timeout
+
+    def every_rank_stepped() -> bool:
+        assert all(p.poll() is None for p in ranks), "a rank exited during start-up"
+        snapshot = validate(sock.recv(65536))
+        seen[snapshot.rank] = snapshot.steps
+        # From the first step on (the comm hook is registered at the first forward).
+        assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the collectives"
+        return len(seen) == RANKS and min(seen.values()) >= steps
+
     try:
-        while time.monotonic() < deadline and (len(seen) < RANKS or min(seen.values()) < steps):
-            assert all(p.poll() is None for p in ranks), "a rank exited during start-up"
-            try:
-                snapshot = validate(sock.recv(65536))
-            except TimeoutError:
-                continue
-            seen[snapshot.rank] = snapshot.steps
-            # From the first step on (the comm hook is registered at the first forward).
-            assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the collectives"
+        wait_until(every_rank_stepped, timeout, f"every rank to report {steps} steps", interval=0,
+                   ignoring=(TimeoutError,))
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the ranks' steps: {seen}") from None
     finally:
         sock.close()
         socket_path.unlink()
-    assert len(seen) == RANKS and min(seen.values()) >= steps, f"ranks' steps after {timeout}s: {seen}"
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp1"])

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.torch
 
@@ -93,12 +94,9 @@ def push_receiver(tmp_path: Path) -> Any:
 def reported(rx: PushReceiver, job: str) -> dict[str, float]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(rx)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # the last datagram may still be in the socket
-        steps = registry.get_sample_value("bottleneck_train_steps_total", {"training_job": job, "rank": "0"})
-        if steps == ITEMS // BATCH // ACCUMULATE * EPOCHS:
-            break
-        time.sleep(0.05)
+    # The last datagram may still be in the socket.
+    wait_until(lambda: registry.get_sample_value("bottleneck_train_steps_total", {"training_job": job, "rank": "0"})
+               == ITEMS // BATCH // ACCUMULATE * EPOCHS, 20, f"every step of {job}", interval=0.05)
     out = {phase: registry.get_sample_value("bottleneck_train_phase_seconds_total",
                                             {"training_job": job, "rank": "0", "phase": phase}) for phase in PHASES}
     for name in ("steps", "samples"):

@@ -23,7 +23,7 @@ from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
 from bottleneck_exporter.push.schema import validate
-from tests.test_hook import received
+from tests.datagrams import received
 
 pytestmark = pytest.mark.torch
 

@@ -17,10 +17,8 @@ from bottleneck_exporter.kube.podlogs import PodIdentity, parse_listing, read_po
 from bottleneck_exporter.kube.processes import ProcessPods
 from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import FIXTURES
+from tests.kube_node import CGROUPS, CONTAINERD_ID, LINK, POD_DIR, UID, fixture_proc, host_root
 
-CGROUPS = FIXTURES / "kube" / "cgroup"
-UID = "0d2f5c8e-4b1a-4f6e-9c3d-7a8b9c0d1e2f"
-CONTAINERD_ID = "3f1e4a9b2c7d8e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
 CRIO_ID = "9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9"
 
 EXPECTED = {
@@ -73,8 +71,6 @@ def test_real_proc_self_cgroup_is_read_without_error() -> None:
 
 # ---- names from the kubelet's log directories ----
 
-POD_DIR = f"ml_bert-worker-0_{UID}"
-LINK = f"bert-worker-0_ml_trainer-{CONTAINERD_ID}.log"
 
 
 def test_container_id_gives_namespace_pod_and_container() -> None:
@@ -105,17 +101,6 @@ def test_names_outside_the_kubelet_layout_are_ignored() -> None:
     assert index.lookup(UID, CONTAINERD_ID) is None
 
 
-def host_root(tmp_path: Path, containers: tuple[str, ...] = ("trainer", "log-shipper")) -> Path:
-    """A host root with the kubelet's log layout for one pod (the symlink points where the kubelet's does)."""
-    root = tmp_path / "root"
-    pod_dir = root / "var" / "log" / "pods" / POD_DIR
-    for container in containers:
-        (pod_dir / container).mkdir(parents=True)
-        (pod_dir / container / "0.log").write_text("")
-    links = root / "var" / "log" / "containers"
-    links.mkdir(parents=True)
-    (links / LINK).symlink_to(pod_dir / "trainer" / "0.log")
-    return root
 
 
 def test_read_pod_logs_lists_the_real_directories(tmp_path: Path) -> None:
@@ -163,12 +148,6 @@ def scrape(procfs: Path, rootfs: Path) -> dict[str, list[dict[str, str]]]:
             for family in text_string_to_metric_families(text)}
 
 
-def fixture_proc(tmp_path: Path) -> Path:
-    proc = tmp_path / "proc"
-    shutil.copytree(FIXTURES / "training" / "proc-t0", proc, symlinks=True)
-    # PID 4242 (train.py, LOCAL_RANK=0, with DataLoader workers) runs in the pod's trainer container.
-    (proc / "4242" / "cgroup").write_text((CGROUPS / "v2-systemd-containerd.cgroup").read_text())
-    return proc
 
 
 def test_training_series_of_a_trainer_in_a_pod_carry_namespace_pod_and_container(tmp_path: Path) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES
-from tests.promstack import Prometheus, Target, wait_until
-from tests.test_kube_identity import fixture_proc, host_root
-from tests.test_kube_podresources import Kubelet, container, devices, pod, response
-from tests.test_kubernetes import by_kind, render
+from tests.conftest import FIXTURES, wait_until
+from tests.kube_node import fixture_proc, host_root
+from tests.kubelet import Kubelet, container, devices, pod, response
+from tests.kustomize import by_kind, render
+from tests.promstack import Prometheus, Target
 
 pytestmark = [pytest.mark.live, pytest.mark.tools]
 

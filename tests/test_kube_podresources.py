@@ -1,10 +1,5 @@
-"""GPU → pod attribution from the kubelet's pod-resources API, against a real gRPC server on a Unix socket.
-
-The server answers ``/v1.PodResourcesLister/List`` with bytes this file encodes by hand from the field numbers
-of kubelet's api.proto (not with the exporter's message classes), so a wrong field number in the exporter
-fails here. The response carries fields the exporter does not read (CPU ids, topology), as a real kubelet's
-does.
-"""
+"""GPU → pod attribution from the kubelet's pod-resources API, against a real gRPC server on a Unix socket
+(``tests.kubelet``), whose answers are encoded by hand from kubelet's api.proto."""
 
 from __future__ import annotations
 
@@ -15,11 +10,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +23,7 @@ from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.kube.podresources import PodResourcesError
 from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import ROOT, require_tool
+from tests.kubelet import Kubelet, container, devices, pod, response
 
 GPU0 = "GPU-5e0c1d2a-3b4c-5d6e-7f80-91a2b3c4d5e6"
 GPU1 = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
@@ -38,40 +32,18 @@ MIG = "MIG-77a1b2c3-d4e5-5f60-8172-93a4b5c6d7e8"
 
 # ---- protobuf wire format, by hand ----
 
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
-def field(number: int, payload: bytes | str) -> bytes:
-    data = payload.encode() if isinstance(payload, str) else payload
-    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
-def packed_int64(number: int, values: list[int]) -> bytes:
-    return field(number, b"".join(varint(v) for v in values))
 
 
-def devices(resource: str, *ids: str) -> bytes:
-    topology = field(1, varint(1 << 3 | 0) + varint(0))  # TopologyInfo{nodes: [NUMANode{ID: 0}]}
-    return field(1, resource) + b"".join(field(2, i) for i in ids) + field(3, topology)
 
 
-def container(name: str, *device_lists: bytes, cpu_ids: list[int] | None = None) -> bytes:
-    body = field(1, name) + b"".join(field(2, d) for d in device_lists)
-    return body + (packed_int64(3, cpu_ids) if cpu_ids else b"")
 
 
-def pod(name: str, namespace: str, *containers: bytes) -> bytes:
-    return field(1, name) + field(2, namespace) + b"".join(field(3, c) for c in containers)
 
 
-def response(*pods: bytes) -> bytes:
-    return b"".join(field(1, p) for p in pods)
 
 
 CLUSTER = response(
@@ -86,28 +58,6 @@ CLUSTER = response(
 )
 
 
-class Kubelet:
-    """A gRPC server implementing PodResourcesLister/List on a Unix socket."""
-
-    def __init__(self, path: Path, answer: Callable[[], bytes]) -> None:
-        self.path = path
-        self.calls = 0
-        self.answer = answer
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-
-        def list_handler(request: bytes, context: grpc.ServicerContext) -> bytes:
-            assert request == b"", "ListPodResourcesRequest is empty"
-            self.calls += 1
-            return self.answer()
-
-        handler = grpc.unary_unary_rpc_method_handler(list_handler)  # bytes in, bytes out
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-            "v1.PodResourcesLister", {"List": handler}),))
-        assert self.server.add_insecure_port(f"unix:{path}") == 1
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop(grace=None)
 
 
 @pytest.fixture

@@ -27,24 +27,17 @@ from bottleneck_exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_
 from bottleneck_exporter.push.paths import DEFAULT_SOCKET
 from bottleneck_exporter.web.server import parse_listen_address
 from tests.conftest import FIXTURES, ROOT, require_tool
+from tests.kustomize import KUBERNETES, by_kind, render
 
-KUBERNETES = ROOT / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 GENERATOR = KUBERNETES / "generate_prometheusrule.py"
 DASHBOARDS_GENERATOR = KUBERNETES / "generate_dashboards.py"
 DASHBOARD_FILES = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 CRDS = FIXTURES / "crds"
-KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
 CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
 
 
-@functools.cache
-def render(kustomization: str) -> tuple[dict[str, Any], ...]:
-    kubectl = require_tool("kubectl")
-    result = subprocess.run([kubectl, "kustomize", str(KUBERNETES / kustomization)], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
 def import_generator(name: str) -> ModuleType:
@@ -56,9 +49,6 @@ def import_generator(name: str) -> ModuleType:
         sys.path.remove(str(KUBERNETES))
 
 
-def by_kind(objects: tuple[dict[str, Any], ...], kind: str) -> dict[str, Any]:
-    (found,) = [o for o in objects if o["kind"] == kind]
-    return found
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
-from tests.conftest import require_tool
+from tests.conftest import require_tool, wait_until
 
 
 def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
@@ -304,15 +304,6 @@ def test_silent_job_expires_and_its_process_is_forgotten():
 
 
 # -- sockets ------------------------------------------------------------------------------------------------------
-def wait_for(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- hung trainers: silent but alive -----------------------------------------------------------------------------
 # A trainer that pushes one datagram through the real hook transport, says so, then stays alive and silent (as a
 # rank hung in an all-reduce does) until its stdin closes.
@@ -352,20 +343,20 @@ def test_hung_trainer_was_expired_while_alive_and_the_stall_alert_resolved(tmp_p
     hung = finished = None
     try:
         hung = silent_trainer(f"unix://{path}", "hung")
-        wait_for(lambda: "hung" in ranks_of(rx), "the hung trainer's datagram")
+        wait_until(lambda: "hung" in ranks_of(rx), 20, "the hung trainer's datagram")
         finished = silent_trainer(f"unix://{path}", "finished")
-        wait_for(lambda: "finished" in ranks_of(rx), "the finished trainer's datagram")
+        wait_until(lambda: "finished" in ranks_of(rx), 20, "the finished trainer's datagram")
         finished.communicate("")  # exits and is reaped
         # The finished rank goes once it has been silent past the expiry; the hung one has been silent longer
         # (it sent first), so the same expiry pass saw it too, and kept it because its process runs.
-        wait_for(lambda: "finished" not in ranks_of(rx), "the finished trainer to expire")
+        wait_until(lambda: "finished" not in ranks_of(rx), 20, "the finished trainer to expire")
         assert ranks_of(rx) == {"hung"}
         assert sample(rx, "bottleneck_train_steps_total", training_job="hung", rank="0") == 3
         assert sample(rx, "bottleneck_train_last_step_timestamp_seconds", training_job="hung", rank="0") is not None
         assert [p.pid for p in training.processes()] == [hung.pid]
         # Killed and not yet reaped (a zombie, as under a parent that hangs too): gone, so the rank expires.
         hung.kill()
-        wait_for(lambda: not rx.store.ranks(), "the killed trainer to expire")
+        wait_until(lambda: not rx.store.ranks(), 20, "the killed trainer to expire")
         assert sample(rx, "bottleneck_train_steps_total", training_job="hung", rank="0") is None
         assert training.processes() == []
     finally:
@@ -383,14 +374,15 @@ def test_exporter_keeps_a_hung_trainer_past_job_expiry(start_exporter, tmp_path)
     procs = []
     try:
         procs.append(silent_trainer(f"unix://{sock}", "hung"))
-        wait_for(lambda: 'training_job="hung"' in exporter.scrape(), "the hung trainer in a scrape")
+        wait_until(lambda: 'training_job="hung"' in exporter.scrape(), 20, "the hung trainer in a scrape")
         procs.append(silent_trainer(f"unix://{sock}", "finished"))
-        wait_for(lambda: 'training_job="finished"' in exporter.scrape(), "the finished trainer in a scrape")
+        wait_until(lambda: 'training_job="finished"' in exporter.scrape(), 20, "the finished trainer in a scrape")
         procs[1].communicate("")
-        wait_for(lambda: 'training_job="finished"' not in exporter.scrape(), "the finished trainer to expire")
+        wait_until(lambda: 'training_job="finished"' not in exporter.scrape(), 20, "the finished trainer to expire")
         assert 'bottleneck_train_steps_total{rank="0",training_job="hung"} 3.0' in exporter.scrape()
         procs[0].communicate("")
-        wait_for(lambda: 'training_job="hung"' not in exporter.scrape(), "the hung trainer to expire once it exited")
+        wait_until(lambda: 'training_job="hung"' not in exporter.scrape(), 20,
+                   "the hung trainer to expire once it exited")
     finally:
         for proc in procs:
             proc.kill()
@@ -413,14 +405,14 @@ def test_another_sender_cannot_reset_a_rank_it_does_not_own(tmp_path):
     procs: list[subprocess.Popen[str]] = []
     try:
         procs.append(silent_trainer(f"unix://{path}", "resnet", steps=128))
-        wait_for(lambda: steps_of(rx, "resnet") == 128, "the owner's datagram")
+        wait_until(lambda: steps_of(rx, "resnet") == 128, 20, "the owner's datagram")
         procs.append(silent_trainer(f"unix://{path}", "resnet", steps=1))
-        wait_for(lambda: rx.rejected()["not_owner"] == 1, "the other sender's datagram to be refused")
+        wait_until(lambda: rx.rejected()["not_owner"] == 1, 20, "the other sender's datagram to be refused")
         assert steps_of(rx, "resnet") == 128
         assert sample(rx, "bottleneck_push_rejected_total", reason="not_owner") == 1
         procs[0].communicate("")  # the owner exits: a restarted trainer takes its rank over
         procs.append(silent_trainer(f"unix://{path}", "resnet", steps=2))
-        wait_for(lambda: steps_of(rx, "resnet") == 2, "the restarted trainer's datagram")
+        wait_until(lambda: steps_of(rx, "resnet") == 2, 20, "the restarted trainer's datagram")
     finally:
         rx.stop()
         for proc in procs:
@@ -555,10 +547,10 @@ def test_live_silent_ranks_still_count_against_the_job_bound(tmp_path):
     rx.start()
     try:
         assert Transport(f"unix://{path}").send(encode(hook_payload(job="silent")))
-        wait_for(lambda: rx.store.ranks(), "the datagram")
+        wait_until(lambda: rx.store.ranks(), 20, "the datagram")
         rx._expire()  # silent past an expiry of 0 s, but this process runs: kept
         assert Transport(f"unix://{path}").send(encode(hook_payload(job="other")))
-        wait_for(lambda: rx.rejected()["too_many_jobs"] == 1, "the second job to be refused")
+        wait_until(lambda: rx.rejected()["too_many_jobs"] == 1, 20, "the second job to be refused")
         assert ranks_of(rx) == {"silent"}
     finally:
         rx.stop()
@@ -573,7 +565,7 @@ def test_unix_socket_has_tight_permissions_and_kernel_reported_sender(tmp_path):
     try:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
         assert Transport(f"unix://{path}").send(encode(hook_payload(job="via-socket")))
-        wait_for(lambda: rx.store.ranks(), "the datagram")
+        wait_until(lambda: rx.store.ranks(), 20, "the datagram")
         state = rx.store.ranks()[0]
         assert state.pid == os.getpid() and state.same_pid_namespace
         assert training.processes()[0].pid == os.getpid()
@@ -589,7 +581,7 @@ def test_loopback_udp_receives(tmp_path):
     try:
         host, port = rx.udp_address  # type: ignore[misc]
         assert Transport(f"udp://{host}:{port}").send(encode(hook_payload(job="via-udp")))
-        wait_for(lambda: rx.store.ranks(), "the UDP datagram")
+        wait_until(lambda: rx.store.ranks(), 20, "the UDP datagram")
     finally:
         rx.stop()
 
@@ -619,7 +611,7 @@ def test_oversized_datagram_on_the_socket_is_too_large(tmp_path):
         sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sender.sendto(b"{" + b" " * (4 * MAX_DATAGRAM_BYTES) + b"}", path)
         sender.close()
-        wait_for(lambda: rx.rejected()["too_large"] == 1, "the rejection")
+        wait_until(lambda: rx.rejected()["too_large"] == 1, 20, "the rejection")
     finally:
         rx.stop()
 
@@ -719,7 +711,7 @@ def test_exporter_serves_pushed_steps_and_refuses_bad_flags(start_exporter, tmp_
         text = exporter.scrape()
         return text if 'bottleneck_train_steps_total{rank="0",training_job="e2e"} 4.0' in text else ""
 
-    wait_for(scraped, "the pushed steps in a scrape")
+    wait_until(scraped, 20, "the pushed steps in a scrape")
     text = exporter.scrape()
     assert 'bottleneck_push_rejected_total{reason="not_json"} 1.0' in text
     assert 'bottleneck_train_cuda_memory_peak_bytes{rank="0",training_job="e2e"} 1.5e+09' in text

@@ -23,9 +23,7 @@ import requests
 
 from bottleneck_exporter.status.page import render
 from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder
-from tests.conftest import ROOT, require_tool
-from tests.test_e2e_bundles import dcgm_exporter, node_exporter  # noqa: F401 (fixtures)
-from tests.test_hook import wait_for
+from tests.conftest import ROOT, require_tool, wait_until
 
 PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
 SCREENSHOT = ROOT / "docs" / "status-page.png"
@@ -71,7 +69,7 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
                       if f["labels"].get("training_job") == "resnet-input-bound"}
             return status if "BottleneckInputBound" in alerts else None
 
-        status = wait_for(verdict_for_the_job, "the input-bound verdict in /status.json", timeout=120)
+        status = wait_until(verdict_for_the_job, 120, "the input-bound verdict in /status.json")
         rank = status["jobs"][0]["ranks"][0]
         assert (status["jobs"][0]["job"], rank["rank"], rank["num_workers"]) == ("resnet-input-bound", "0", 0)
         assert rank["phase_ratios"]["data_wait"] > 0.5, rank
@@ -201,7 +199,7 @@ class _Held(http.server.BaseHTTPRequestHandler):
 @pytest.mark.tools
 @pytest.mark.torch
 def test_under_the_preset_the_page_judges_host_verdicts_from_node_exporter(start_exporter, tmp_path: Path,
-                                                                           node_exporter) -> None:  # noqa: F811
+                                                                           node_exporter) -> None:
     """--collector.preset=beside-node-exporter: our host collectors are off; the page reads the real
     node_exporter (--status.node-exporter-url) and evaluates the node-exporter bundle."""
     sock = tmp_path / "push.sock"
@@ -216,7 +214,7 @@ def test_under_the_preset_the_page_judges_host_verdicts_from_node_exporter(start
             alerts = {f["alert"] for f in verdicts["findings"] if f["labels"].get("training_job") == "beside"}
             return verdicts if "BottleneckInputBound" in alerts and verdicts["peers"] else None
 
-        verdicts = wait_for(judged, "the input-bound verdict with node_exporter read", timeout=120)
+        verdicts = wait_until(judged, 120, "the input-bound verdict with node_exporter read")
         assert verdicts["bundle"] == "node-exporter"
         assert [(p["name"], p["job"], p["up"]) for p in verdicts["peers"]] == [("node_exporter", "node-exporter", True)]
         # The host CPU series came from node_exporter: our cpu collector is off.
@@ -247,7 +245,7 @@ def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrap
             verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
             return verdicts if verdicts["peers"] and not verdicts["peers"][0]["up"] else None
 
-        peer = wait_for(named, "node_exporter named as not answering", timeout=60)["peers"][0]
+        peer = wait_until(named, 60, "node_exporter named as not answering")["peers"][0]
         assert "timed out" in peer["error"] and "BottleneckCpuSaturated" in peer["unjudged"]
         page = requests.get(f"{exporter.url}/", timeout=30).text
         assert "node_exporter did not answer" in page and "--status.node-exporter-url" in page
@@ -259,8 +257,8 @@ def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrap
 
 @pytest.mark.live
 @pytest.mark.tools
-def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_exporter, node_exporter,  # noqa: F811
-                                                                    dcgm_exporter: str) -> None:  # noqa: F811
+def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_exporter, node_exporter,
+                                                                    dcgm_exporter: str) -> None:
     """--collector.preset=beside-node-exporter-and-dcgm: node_exporter and the recorded dcgm-exporter scrape are
     read, the node-exporter-dcgm bundle evaluated; the GPU and host hints of missing data are gone."""
     exporter = start_exporter(["--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
@@ -272,7 +270,7 @@ def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_export
         verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]
         return verdicts if verdicts["snapshots"] >= 2 and len(verdicts["peers"]) == 2 else None
 
-    verdicts = wait_for(read, "two peers read", timeout=60)
+    verdicts = wait_until(read, 60, "two peers read")
     assert verdicts["bundle"] == "node-exporter-dcgm"
     assert [(p["name"], p["up"]) for p in verdicts["peers"]] == [("node_exporter", True), ("dcgm-exporter", True)]
     assert not [m for m in verdicts["missing"] if m.startswith(("GPU", "host CPU"))], verdicts["missing"]

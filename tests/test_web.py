@@ -6,7 +6,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import bcrypt
@@ -14,7 +13,7 @@ import pytest
 import requests
 import trustme
 
-from tests.conftest import ExporterProcess
+from tests.conftest import ExporterProcess, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -172,14 +171,12 @@ def test_client_allowed_sans_admit_only_certificates_naming_one(
     if admitted:
         assert wait_http(_https(exporter) + "/metrics", verify=ca, cert=cert).status_code == 200
         return
-    deadline = time.monotonic() + 30
-    while True:  # listening (the handshake itself would succeed: the SANs are checked after it)
-        try:
-            socket.create_connection(("127.0.0.1", exporter.port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and exporter.proc.poll() is None, exporter.output()
-            time.sleep(0.1)
+    def listening() -> bool:  # (the handshake itself would succeed: the SANs are checked after it)
+        assert exporter.proc.poll() is None, exporter.output()
+        socket.create_connection(("127.0.0.1", exporter.port), timeout=1).close()
+        return True
+
+    wait_until(listening, 30, "the exporter to listen", interval=0.1, ignoring=(OSError,))
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(_https(exporter) + "/-/healthy", timeout=5, verify=ca, cert=cert)
     assert exporter.proc.poll() is None
