@@ -32,8 +32,9 @@ demo: venv
 tools:
 	scripts/install-test-tools
 
+# PYTEST_ARGS adds pytest options: `make test PYTEST_ARGS='-m "not live and not torch and not tools"'` is the fast lane.
 test: venv tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # mypy finds the package by its import name: the source folder exporter/ is linked as build/typecheck/bottleneck_exporter.
 lint: venv
