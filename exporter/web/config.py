@@ -65,8 +65,8 @@ _SETTABLE_HEADERS = {
 _VERIFIED_KEPT = 64
 _REFUSED_KEPT = 4096
 _REFUSED_SECONDS = 60.0
-# bcrypt cost 10 takes ~86 ms here and every step doubles it; above 14 (~1.4 s) a first scrape, and every
-# distinct wrong password, would hold the one password-checking thread for seconds.
+# Each step of bcrypt's cost doubles a check, and cost 10 takes a server CPU tens of milliseconds: above 14, a
+# first scrape, and every distinct wrong password, would hold the one password-checking thread for seconds.
 MAX_BCRYPT_COST = 14
 
 
