@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import requests
 import trustme
 
-from tests.conftest import ExporterProcess, wait_until
+from tests.conftest import ExporterProcess, free_port, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -521,3 +522,52 @@ def test_at_the_connection_bound_the_longest_waiting_stalled_connection_makes_ro
         server.shutdown()
     # Dropping a connection is routine: asyncio must not log a traceback for each one.
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+def _server_side(client: socket.socket) -> socket.socket:
+    """This process's end of the TCP connection whose other end is ``client`` (the server runs in a thread)."""
+    wanted = client.getsockname()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            copy = os.dup(int(fd))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        try:
+            candidate = socket.socket(fileno=copy)
+        except OSError:  # not a socket
+            os.close(copy)
+            continue
+        try:
+            if candidate.type == socket.SOCK_STREAM and candidate.getpeername() == wanted:
+                return candidate
+        except OSError:
+            pass
+        candidate.close()
+    raise AssertionError("no socket of this process is connected to the client")
+
+
+def test_kept_alive_scrapes_do_not_wait_for_the_client_s_delayed_ack() -> None:
+    """Regression: with Nagle's algorithm on (asyncio leaves it on for sockets from socket.create_server),
+    every response after the first on a kept-alive connection (Prometheus keeps them) sat out the client's
+    delayed-ACK timer, about 40 ms a scrape. The server's end has TCP_NODELAY, and a response is one write."""
+    import http.client
+
+    from prometheus_client import CollectorRegistry
+
+    import bottleneck_exporter.web.server as web
+
+    server = web.serve(f"127.0.0.1:{free_port()}", CollectorRegistry(auto_describe=False))
+    web.start_in_thread(server)
+    connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+    try:
+        for _ in range(3):  # the same connection throughout
+            connection.request("GET", "/-/healthy")
+            response = connection.getresponse()
+            assert response.status == 200 and response.read() == b"Healthy.\n"
+        assert connection.sock is not None
+        ours = _server_side(connection.sock)
+        with ours:
+            assert ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        connection.close()
+        server.shutdown()

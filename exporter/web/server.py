@@ -174,6 +174,7 @@ class WebServer:
         task = asyncio.current_task()
         assert task is not None
         self._admit(task)
+        _no_delay(writer)
         try:
             if self.web.ssl_context is not None and not self.web.client_allowed(writer.get_extra_info("peercert")):
                 log.debug("connection from %s refused: client certificate has none of the allowed SANs",
@@ -231,11 +232,12 @@ class WebServer:
                     response: Response) -> None:
         headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
                    ("Server", f"bottleneck-exporter/{__version__}"), *response.headers, *self.web.headers.items()]
-        writer.write(conn.send(h11.Response(status_code=response.status, headers=headers,
-                                            reason=http.HTTPStatus(response.status).phrase.encode())))
-        if method != "HEAD":
-            writer.write(conn.send(h11.Data(data=response.body)))
-        writer.write(conn.send(h11.EndOfMessage()))
+        # One write of the whole response: the head and the body as two small segments would wait on each
+        # other under Nagle's algorithm whatever _no_delay achieved (a TLS transport, another platform).
+        head = conn.send(h11.Response(status_code=response.status, headers=headers,
+                                      reason=http.HTTPStatus(response.status).phrase.encode()))
+        body = conn.send(h11.Data(data=response.body)) if method != "HEAD" else b""
+        writer.write(b"".join((head or b"", body or b"", conn.send(h11.EndOfMessage()) or b"")))
         await asyncio.wait_for(writer.drain(), _WRITE_SECONDS)
 
     # -- one request -----------------------------------------------------------------------------------
@@ -303,6 +305,17 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader, clie
             target = event.target.decode("latin-1")
             return Request(event.method.decode("latin-1"), target.split("?", 1)[0], headers, client)
         return None  # ConnectionClosed (or PAUSED, which only follows a request)
+
+
+def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """Nagle's algorithm off on a TCP connection, as Go's net/http (node_exporter's server) has it. asyncio
+    sets TCP_NODELAY only on sockets whose ``proto`` is IPPROTO_TCP, and ``socket.create_server`` makes them
+    with proto 0: with Nagle on, every response after the first on a kept-alive connection waited for the
+    client's delayed ACK, about 40 ms (benchmarks/scrape_vs_node_exporter.py prints both medians)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _client(writer: asyncio.StreamWriter) -> str:
