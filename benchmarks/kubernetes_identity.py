@@ -22,8 +22,6 @@ from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bottleneck_exporter.collectors.base import Context
 from bottleneck_exporter.collectors.kubernetes import KubernetesCollector
 from bottleneck_exporter.kube.podresources import list_pod_resources, messages

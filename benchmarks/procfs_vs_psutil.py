@@ -21,11 +21,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psutil
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bottleneck_exporter import procfs
 from bottleneck_exporter.training.discovery import Discovery

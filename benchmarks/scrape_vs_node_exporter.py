@@ -1,12 +1,13 @@
 """Scrape cost of bottleneck-exporter next to prometheus-node-exporter and prometheus-process-exporter.
 
-    .venv/bin/python benchmarks/scrape_vs_node_exporter.py [--scrapes 200] [--warmup 5] [--workers 8]
+    .venv/bin/python benchmarks/scrape_vs_node_exporter.py [--scrapes 200] [--fresh 50] [--warmup 5] [--workers 8]
 
-Starts each exporter on a free loopback port, scrapes it ``--scrapes`` times one after the other (one
-keep-alive client, no gzip: our server does not compress, so neither side is asked to), and prints per
-exporter: median and p90 scrape latency seen by the client, CPU seconds the exporter process spent per
-scrape (utime + stime from /proc/PID/stat, difference over all scrapes / scrapes), its RSS after the
-scrapes (VmRSS), and samples and bytes per scrape. Like for like:
+Starts each exporter on a free loopback port, scrapes it ``--scrapes`` times one after the other on one
+kept-alive connection (as Prometheus scrapes), then ``--fresh`` times on a new connection each (no gzip: our
+server does not compress, so neither side is asked to), and prints per exporter: the median and p90 latency
+seen by the client on the kept-alive connection, the median on fresh ones, CPU seconds the exporter process
+spent per kept-alive scrape (utime + stime from /proc/PID/stat, difference over those scrapes / scrapes), its
+RSS after the scrapes (VmRSS), and samples and bytes per scrape. Like for like:
 
   host      bottleneck-exporter with whichever of cpu, memory, pressure, disk, network are registered,
             against node_exporter with the collectors that read the same files (cpu, stat, loadavg,
@@ -23,6 +24,7 @@ command line and fd links, and the scans after it, which read one stat file per 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import shutil
@@ -38,13 +40,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bottleneck_exporter import procfs
+from bottleneck_exporter.collectors import REGISTRY
+from bottleneck_exporter.training.discovery import Discovery
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bottleneck_exporter import procfs  # noqa: E402
-from bottleneck_exporter.collectors import REGISTRY  # noqa: E402
-from bottleneck_exporter.training.discovery import Discovery  # noqa: E402
-
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 PROCESS_EXPORTER = "/usr/bin/prometheus-process-exporter"
 # Our host collector -> the node_exporter collectors that read the same files.
@@ -77,7 +77,8 @@ def rss_bytes(pid: int) -> int:
 class Result:
     name: str
     what: str
-    latencies: list[float]
+    latencies: list[float]  # on one kept-alive connection
+    fresh: list[float]  # on a new connection each
     cpu_per_scrape: float
     rss: int
     samples: int
@@ -117,34 +118,40 @@ def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) ->
     raise SystemExit(f"{proc.args!r} did not answer on port {port}")
 
 
-def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, warmup: int) -> Result:
+def scrape(name: str, conn: http.client.HTTPConnection) -> bytes:
+    conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4"})
+    response = conn.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise SystemExit(f"{name}: HTTP {response.status}")
+    return body
+
+
+def measure(name: str, what: str, cmd: list[str], port: int, scrapes: int, fresh: int, warmup: int) -> Result:
     with running(cmd) as proc:
         wait_for(port, proc)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-        def scrape() -> bytes:
-            conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4"})
-            response = conn.getresponse()
-            body = response.read()
-            if response.status != 200:
-                raise SystemExit(f"{name}: HTTP {response.status}")
-            return body
-
         for _ in range(warmup):
-            scrape()
+            scrape(name, conn)
         latencies = []
         start_cpu = cpu_seconds(proc.pid)
         body = b""
         for _ in range(scrapes):
             t0 = time.perf_counter()
-            body = scrape()
+            body = scrape(name, conn)
             latencies.append(time.perf_counter() - t0)
         used = cpu_seconds(proc.pid) - start_cpu
-        rss = rss_bytes(proc.pid)
         conn.close()
+        fresh_latencies = []
+        for _ in range(fresh):
+            t0 = time.perf_counter()
+            with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=30)) as new:
+                scrape(name, new)
+            fresh_latencies.append(time.perf_counter() - t0)
+        rss = rss_bytes(proc.pid)
     text = body.decode()
     samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    return Result(name, what, latencies, used / scrapes, rss, samples, len(body), text)
+    return Result(name, what, latencies, fresh_latencies, used / scrapes, rss, samples, len(body), text)
 
 
 def ours(port: int, collectors: list[str]) -> list[str]:
@@ -154,14 +161,15 @@ def ours(port: int, collectors: list[str]) -> list[str]:
 
 
 def print_table(results: list[Result]) -> None:
-    header = (f"{'':<3} {'exporter':<20} {'median ms':>9} {'p90 ms':>7} {'CPU ms/scrape':>13} "
-              f"{'RSS MiB':>7} {'samples':>7} {'bytes':>7}")
+    header = (f"{'':<3} {'exporter':<20} {'kept-alive median ms':>20} {'p90 ms':>7} {'fresh median ms':>15} "
+              f"{'CPU ms/scrape':>13} {'RSS MiB':>7} {'samples':>7} {'bytes':>7}")
     print(header)
     print("-" * len(header))
     for index, r in enumerate(results, start=1):
         lat = sorted(r.latencies)
         p90 = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
-        print(f"{f'[{index}]':<3} {r.name:<20} {statistics.median(lat) * 1e3:>9.2f} {p90 * 1e3:>7.2f} "
+        fresh = f"{statistics.median(r.fresh) * 1e3:.2f}" if r.fresh else "-"
+        print(f"{f'[{index}]':<3} {r.name:<20} {statistics.median(lat) * 1e3:>20.2f} {p90 * 1e3:>7.2f} {fresh:>15} "
               f"{r.cpu_per_scrape * 1e3:>13.2f} {r.rss / 2**20:>7.1f} {r.samples:>7} {r.size:>7}")
     print()
     for index, r in enumerate(results, start=1):
@@ -186,6 +194,8 @@ def discovery_cost(rounds: int = 20) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per exporter (default %(default)s)")
+    parser.add_argument("--fresh", type=int, default=50,
+                        help="scrapes per exporter on a new connection each (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=5, help="scrapes before measuring (default %(default)s)")
     parser.add_argument("--workers", type=int, default=8,
                         help="pt_data_worker children of the stand-in trainer (default %(default)s)")
@@ -201,14 +211,14 @@ def main() -> int:
     if host:
         port = free_port()
         results.append(measure("bottleneck-exporter", "host collectors: " + ",".join(host), ours(port, host),
-                               port, args.scrapes, args.warmup))
+                               port, args.scrapes, args.fresh, args.warmup))
         if shutil.which(NODE_EXPORTER):
             node = [c for name in host for c in NODE_EQUIVALENTS[name]]
             port = free_port()
             cmd = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--web.disable-exporter-metrics",
                    "--collector.disable-defaults", *(f"--collector.{c}" for c in node)]
             results.append(measure("node_exporter", "node_exporter collectors: " + ",".join(node), cmd, port,
-                                   args.scrapes, args.warmup))
+                                   args.scrapes, args.fresh, args.warmup))
         else:
             print(f"({NODE_EXPORTER} not installed: apt-get install prometheus-node-exporter)")
 
@@ -224,7 +234,7 @@ def main() -> int:
                 trainer.stdout.readline()  # type: ignore[union-attr]
                 port = free_port()
                 result = measure("bottleneck-exporter", "", ours(port, ["training"]), port, args.scrapes,
-                                 args.warmup)
+                                 args.fresh, args.warmup)
                 trainers = result.body.count("bottleneck_training_process_info{")
                 result.what = (f"training collector; {trainers} trainer(s) on the node, among them the "
                                f"stand-in with {args.workers} workers and {args.idle_threads + 2} threads")
@@ -238,7 +248,7 @@ def main() -> int:
                            "-threads=true", "-children=true", "-gather-smaps=false"]
                     results.append(measure("process-exporter", "process-exporter following the stand-in "
                                            "trainer and its children, -threads=true, -gather-smaps=false", cmd,
-                                           port, args.scrapes, args.warmup))
+                                           port, args.scrapes, args.fresh, args.warmup))
                 else:
                     print(f"({PROCESS_EXPORTER} not installed: apt-get install prometheus-process-exporter)")
                 discovery_line = discovery_cost()

@@ -22,9 +22,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bottleneck_exporter import cli, parts
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
