@@ -473,7 +473,7 @@ def read_uptime(procfs: str) -> float | None:
 
 def read_meminfo(procfs: str, keys: Iterable[str]) -> dict[str, int] | None:
     """{key: bytes} of /proc/meminfo for those of ``keys`` it has (all of them "kB" lines). Raises when one
-    of the lines every kernel prints is missing or MemTotal is 0."""
+    of the lines every kernel prints is missing, MemTotal is 0, or free or available memory is above its total."""
     path = f"{procfs}/meminfo"
     text = _kernel_text(path)
     if text is None:
@@ -488,6 +488,10 @@ def read_meminfo(procfs: str, keys: Iterable[str]) -> dict[str, int] | None:
         raise ProcParseError(path, f"{', '.join(missing)} missing")
     if values["MemTotal"] == 0:
         raise ProcParseError(path, "MemTotal is 0")
+    # What is free or available cannot exceed what there is: a file saying so is not the kernel's.
+    for part, whole in (("MemFree", "MemTotal"), ("MemAvailable", "MemTotal"), ("SwapFree", "SwapTotal")):
+        if part in values and values[part] > values[whole]:
+            raise ProcParseError(path, f"{part} is above {whole}")
     return values
 
 

@@ -83,6 +83,13 @@ BROKEN_HOST_FILES = [
                  id="meminfo-cut-mid-line-was-success-1"),
     pytest.param("proc/meminfo", "MemTotal:       263852920 kB\n", "memory",
                  id="meminfo-cut-after-a-line-was-success-1"),
+    pytest.param("proc/meminfo", "MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable: 2000 kB\nBuffers: 1 kB\n"
+                 "Cached: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n", "memory",
+                 id="memory-available-above-total-exported"),
+    pytest.param("proc/meminfo", "MemTotal: 1000 kB\nMemFree: 1001 kB\nMemAvailable: 20 kB\nBuffers: 1 kB\n"
+                 "Cached: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n", "memory", id="memory-free-above-total-exported"),
+    pytest.param("proc/meminfo", "MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable: 20 kB\nBuffers: 1 kB\n"
+                 "Cached: 1 kB\nSwapTotal: 10 kB\nSwapFree: 11 kB\n", "memory", id="swap-free-above-total-exported"),
     pytest.param("proc/vmstat", "pswpin 1\npswpout 2\npgmajfault -3\n", "memory",
                  id="negative-major-faults-counter-exported"),
     pytest.param("proc/vmstat", "", "memory", id="empty-vmstat-was-success-1"),
