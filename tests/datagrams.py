@@ -1,9 +1,14 @@
-"""The datagrams the hook sends, as the tests read them: off a socket, and as the exporter exports them."""
+"""The datagrams the hook sends, as the tests build and read them: one built by a real session, one with every
+optional part, what a socket received, and what the exporter exports for one."""
 
 from __future__ import annotations
 
+import os
 import socket
+from typing import Any
 
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.push.schema import Snapshot, validate
 
 
@@ -29,3 +34,30 @@ def exported(sent: Snapshot, name: str) -> float | None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(receiver)
     return registry.get_sample_value(name, {"training_job": sent.job, "rank": str(sent.rank)})
+
+
+def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
+    """A datagram exactly as the hook builds it, after ``steps`` steps through every phase."""
+    session = Session(job=job, address="off", samples=1)
+    for _ in range(steps):
+        for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
+            session.mark(phase)
+        session.add_batch(None)
+        session.end_step()
+    if loader:
+        session.loader = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 2,
+                          "persistent_workers": False, "worker_pids": []}
+        session.worker_pids = [os.getpid()]
+    payload = session.payload()
+    session.close()
+    return payload
+
+
+def full_payload(job: str, rank: int) -> dict[str, Any]:
+    """A datagram with every optional part (GPU, DataLoader): the most series one rank can add."""
+    payload = hook_payload(job=job)
+    payload["rank"] = rank
+    payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
+                      "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
+                      "memory_peak_bytes": 1.5e9}
+    return payload

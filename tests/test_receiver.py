@@ -27,8 +27,6 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bottleneck_exporter.config import ConfigError
-from bottleneck_exporter.hook.session import Session
-from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.push import settings as push_settings
 from bottleneck_exporter.push.liveness import ProcessTable
@@ -37,23 +35,7 @@ from bottleneck_exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASO
 from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
 from tests.conftest import require_tool, wait_until
-
-
-def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
-    """A datagram exactly as the hook builds it, after ``steps`` steps through every phase."""
-    session = Session(job=job, address="off", samples=1)
-    for _ in range(steps):
-        for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
-            session.mark(phase)
-        session.add_batch(None)
-        session.end_step()
-    if loader:
-        session.loader = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 2,
-                          "persistent_workers": False, "worker_pids": []}
-        session.worker_pids = [os.getpid()]
-    payload = session.payload()
-    session.close()
-    return payload
+from tests.datagrams import full_payload, hook_payload
 
 
 def receiver(max_jobs: int = 8, max_ranks: int = 4, expiry: float = 600.0, clock: Any = time.monotonic,
@@ -230,14 +212,6 @@ def test_a_flood_of_distinct_job_names_keeps_memory_bounded():
     assert growth < 64 * 1024, growth
 
 
-def full_payload(job: str, rank: int) -> dict[str, Any]:
-    """A datagram with every optional part (GPU, DataLoader): the most series one rank can add."""
-    payload = hook_payload(job=job)
-    payload["rank"] = rank
-    payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
-                      "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
-                      "memory_peak_bytes": 1.5e9}
-    return payload
 
 
 def test_no_series_of_the_receiver_carries_prometheus_own_job_or_instance_label():
