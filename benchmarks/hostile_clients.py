@@ -14,6 +14,9 @@ prints what it measured:
   flood   latency of a verified scraper's scrapes while 60 distinct wrong passwords a second arrive from
           another address (127.0.0.2; bcrypt cost 10), for 10 s; how many tries (0.1 s apart) a scraper
           verified for the first time during the flood needs; how the wrong ones were answered.
+  addresses  wrong passwords retried without pause from 12 addresses (more than the 8 places of the password
+          queue), and ten scrapers never verified arriving from addresses of their own: how many got in at the
+          first try, and how long it took; how the wrong ones were answered.
   forge   a second process pushing for a job/rank another process owns; steps_total before and after, and
           bottleneck_push_rejected_total{reason="not_owner"}.
   fuzz    100,000 mutated and random datagrams through the Unix socket; received, counted by reason, and rate.
@@ -45,12 +48,13 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bottleneck_exporter.cli import build_parser  # noqa: E402
 from bottleneck_exporter.push.receiver import PushReceiver  # noqa: E402
 from bottleneck_exporter.push.schema import encode  # noqa: E402
-from bottleneck_exporter.push.settings import _SETTINGS  # noqa: E402
+from bottleneck_exporter.push.settings import settings  # noqa: E402
 from bottleneck_exporter.push.store import JobStore  # noqa: E402
 from tests.conftest import ExporterProcess  # noqa: E402
-from tests.test_receiver import full_payload, hook_payload  # noqa: E402
+from tests.datagrams import full_payload, hook_payload  # noqa: E402
 
 BASE = ["--collector.disable-defaults", "--collector.memory", "--collector.cpu"]
 
@@ -74,7 +78,7 @@ def threads(pid: int) -> int:
 
 
 def probe_bounds() -> None:
-    defaults = {key: default for key, _, default, _ in _SETTINGS}
+    defaults = settings(build_parser().parse_args([]), {})
     rx = PushReceiver(JobStore(defaults["max-jobs"], defaults["max-ranks-per-job"], 600.0))
     for job in range(defaults["max-jobs"] * 2):
         for rank in range(defaults["max-ranks-per-job"] * 2):
@@ -200,6 +204,63 @@ def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
             exporter.stop()
 
 
+def probe_addresses(addresses: int = 12, newcomers: int = 10) -> None:
+    """Wrong passwords retried without pause from more addresses than the password queue holds (8 places), and
+    scrapers never verified arriving one by one from addresses of their own (Prometheus after a restart)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+        config = Path(tmp) / "web.yml"
+        config.write_text("basic_auth_users:\n" + "".join(f"  late{n}: '{hashed}'\n" for n in range(newcomers)))
+        exporter = ExporterProcess([*BASE, f"--web.config.file={config}"])
+        try:
+            exporter.wait_ready()
+            answers: dict[int, int] = {}
+            stop, lock = threading.Event(), threading.Lock()
+
+            def flood(address: str) -> None:
+                index = 0
+                while not stop.is_set():
+                    index += 1
+                    credential = base64.b64encode(f"late0:guess-{address}-{index}".encode()).decode()
+                    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
+                                                            source_address=(address, 0))
+                    try:
+                        connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
+                        code = connection.getresponse().status
+                    except OSError:
+                        code = 0
+                    finally:
+                        connection.close()
+                    with lock:
+                        answers[code] = answers.get(code, 0) + 1
+
+            flooders = [threading.Thread(target=flood, args=(f"127.0.0.{n}",)) for n in range(2, 2 + addresses)]
+            for thread in flooders:
+                thread.start()
+            time.sleep(2)
+            first_try, latencies = 0, []
+            for n in range(newcomers):
+                t0 = time.perf_counter()
+                connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
+                                                        source_address=(f"127.0.1.{n + 1}", 0))
+                credential = base64.b64encode(f"late{n}:s3cret".encode()).decode()
+                connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
+                status = connection.getresponse().status
+                connection.close()
+                latencies.append(time.perf_counter() - t0)
+                first_try += status == 200
+                time.sleep(0.5)
+            stop.set()
+            for thread in flooders:
+                thread.join()
+            print(f"password flood from {addresses} addresses (bcrypt cost 10, retried without pause): "
+                  f"{first_try} of {newcomers} scrapers never verified got 200 at the first try, in "
+                  f"{statistics.median(latencies) * 1000:.0f} ms (median), {max(latencies) * 1000:.0f} ms (max); "
+                  f"wrong ones answered {answers}")
+        finally:
+            exporter.stop()
+
+
 _SENDER = """
 import json, sys
 from bottleneck_exporter.hook.transport import Transport
@@ -320,16 +381,16 @@ def probe_load(scrapers: int = 50, seconds: float = 30.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--probe", nargs="+", default=["bounds", "load", "slow", "flood", "forge", "fuzz"],
-                        choices=["bounds", "load", "slow", "flood", "forge", "fuzz"])
+    probes = ["bounds", "load", "slow", "flood", "addresses", "forge", "fuzz"]
+    parser.add_argument("--probe", nargs="+", default=probes, choices=probes)
     parser.add_argument("--stalled", type=int, default=300)
     args = parser.parse_args()
     for probe in args.probe:
         if probe == "slow":
             probe_slow(args.stalled)
         else:
-            {"bounds": probe_bounds, "load": probe_load, "flood": probe_flood, "forge": probe_forge,
-             "fuzz": probe_fuzz}[probe]()
+            {"bounds": probe_bounds, "load": probe_load, "flood": probe_flood, "addresses": probe_addresses,
+             "forge": probe_forge, "fuzz": probe_fuzz}[probe]()
 
 
 if __name__ == "__main__":

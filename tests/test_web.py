@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import bcrypt
@@ -457,6 +459,91 @@ def test_a_flood_of_wrong_passwords_leaves_scrapers_served(start_exporter, tmp_p
     assert all(r.status_code == 200 and "bottleneck_memory_total_bytes" in r.text for r in legit)
     assert late.status_code == 200, late.text
     assert set(codes) <= {401, 503} and 401 in codes, set(codes)
+
+
+def test_a_scraper_never_checked_goes_before_addresses_that_flood() -> None:
+    """The queue's order: with every place taken by addresses that each had a check lately, a newcomer takes the
+    place of the last of them, and its check runs next."""
+    import asyncio
+
+    from bottleneck_exporter.web.passwords import PasswordChecks
+
+    order: list[str] = []
+    gate = threading.Event()
+
+    def verify(header: str | None) -> bool:
+        gate.wait(30)
+        order.append(str(header))
+        return header == "right"
+
+    async def scenario() -> dict[str, bool | None]:
+        checks = PasswordChecks(verify, waiting=8)
+        flooders = [f"10.0.0.{n}" for n in range(1, 11)]
+        gate.set()
+        for address in flooders:  # each flooding address has had a check lately
+            assert await checks.check(address, "wrong") is False
+        gate.clear()
+        pending = {a: asyncio.ensure_future(checks.check(a, "wrong")) for a in flooders}
+        await asyncio.sleep(0.05)  # one runs, eight wait, the tenth is refused
+        newcomer = asyncio.ensure_future(checks.check("10.9.9.9", "right"))
+        again = await checks.check(flooders[1], "wrong")  # its check waits already: refused
+        order.clear()
+        gate.set()
+        answers = {a: await task for a, task in pending.items()}
+        answers["newcomer"] = await newcomer
+        answers["again"] = again
+        checks.shutdown()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert answers["newcomer"] is True and answers["again"] is None
+    assert order[:2] == ["wrong", "right"], "the newcomer's check runs right after the one that was running"
+    assert [v for k, v in answers.items() if k.startswith("10.0.0.")].count(None) == 2, \
+        "the tenth flooder is refused at once, and the last waiting one makes room for the newcomer"
+
+
+@pytest.mark.live
+def test_a_password_flood_from_more_addresses_than_the_queue_holds_leaves_a_new_scraper_its_turn(
+        start_exporter, tmp_path: Path) -> None:
+    """Regression: with one check waiting per address and eight places, nine flooding addresses kept every place
+    taken, and a scraper not yet verified (Prometheus right after an exporter restart) was answered 503."""
+    import base64
+    import http.client
+
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+    config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    exporter = start_exporter(["--collector.disable-defaults", "--collector.memory", f"--web.config.file={config}"])
+    flooders = [f"127.0.0.{n}" for n in range(2, 14)]
+    refused: dict[str, int] = dict.fromkeys(flooders, 0)
+    stop = threading.Event()
+
+    def flood(address: str) -> None:
+        for index in itertools.count():
+            if stop.is_set():
+                return
+            credential = base64.b64encode(f"prometheus:guess-{address}-{index}".encode()).decode()
+            connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=60,
+                                                    source_address=(address, 0))
+            try:
+                connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
+                if connection.getresponse().status == 401:
+                    refused[address] += 1
+            except OSError:
+                pass
+            finally:
+                connection.close()
+
+    threads = [threading.Thread(target=flood, args=(a,), daemon=True) for a in flooders]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: all(refused.values()), 120, "every flooding address to have had a password checked")
+        first = requests.get(exporter.url + "/metrics", timeout=60, auth=("prometheus", "s3cret"))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert first.status_code == 200 and "bottleneck_memory_total_bytes" in first.text, first.status_code
 
 
 # -- config errors never print what the file holds ---------------------------------------------------------------

@@ -10,9 +10,10 @@ deadline. Bounds, node_exporter's where it has one:
 - at most 512 connections; one more drops whichever has waited longest for a request head;
 - scrapes run in 4 threads; ``--web.max-requests`` (default 40, 0 = no limit) bounds those in flight, and
   more are answered 503, as node_exporter does;
-- bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address; more are
-  answered 503, so a flood of wrong passwords costs one core at most and holds one place per address, and a
-  scraper whose credentials were verified once never waits for it (``bottleneck_exporter.web.config.WebConfig``).
+- bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address, the addresses
+  with the fewest checks lately first; more are answered 503 (``web.passwords``). A flood of wrong passwords
+  costs one core at most, a scraper whose password was never checked waits at most 8 checks however many
+  addresses flood, and one whose credentials were verified once never waits (``web.config.WebConfig``).
 
 Routes are a table (``routes``): a path, its handler, whether it answers without credentials and whether it
 blocks (runs in a scrape thread). Exposes nothing itself; ``/metrics`` answers, e.g.::
@@ -42,6 +43,7 @@ from prometheus_client.exposition import choose_encoder
 
 from bottleneck_exporter import __version__
 from bottleneck_exporter.web.config import WebConfig
+from bottleneck_exporter.web.passwords import PasswordChecks
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,6 @@ _BACKLOG = 512
 _MAX_HEAD_BYTES = 16 * 1024
 _READ_BYTES = 64 * 1024
 _SCRAPE_THREADS = 4  # collection holds the GIL most of the time: more threads would not scrape faster
-_PASSWORD_CHECKS_WAITING = 8
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -131,9 +132,8 @@ class WebServer:
         self.web = web
         self.max_requests = max_requests
         self._scrapes = ThreadPoolExecutor(_SCRAPE_THREADS, thread_name_prefix="http-scrape")
-        self._passwords = ThreadPoolExecutor(1, thread_name_prefix="http-bcrypt")
+        self._passwords = PasswordChecks(web.verify)
         self._in_flight = 0
-        self._password_checks: dict[str, int] = {}  # client address → checks waiting or running
         self._connections: set[asyncio.Task[None]] = set()
         self._awaiting_head: dict[asyncio.Task[None], float] = {}  # connection → since when (monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,7 +146,7 @@ class WebServer:
             asyncio.run(self._serve())
         finally:
             self._scrapes.shutdown(wait=False, cancel_futures=True)
-            self._passwords.shutdown(wait=False, cancel_futures=True)
+            self._passwords.shutdown()
             self._stopped.set()
 
     def shutdown(self) -> None:
@@ -276,16 +276,9 @@ class WebServer:
         header = request.headers.get("authorization")
         verdict = self.web.cached_verdict(header)
         if verdict is None:
-            # One check at a time per client address: a flood from one address holds one place in the queue,
-            # so a scraper elsewhere whose password is not verified yet still gets its turn.
-            client = request.client
-            if client in self._password_checks or sum(self._password_checks.values()) >= _PASSWORD_CHECKS_WAITING:
+            verdict = await self._passwords.check(request.client, header)
+            if verdict is None:
                 return text(503, "Too many password checks at once, try again later.\n")
-            self._password_checks[client] = 1
-            try:
-                verdict = await asyncio.get_running_loop().run_in_executor(self._passwords, self.web.verify, header)
-            finally:
-                del self._password_checks[client]
         if verdict:
             return None
         return Response(401, b"Unauthorized.\n", headers=(("WWW-Authenticate", 'Basic realm="bottleneck-exporter"'),))
