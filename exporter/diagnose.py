@@ -8,8 +8,8 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
 * standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
   ``--exporter.url``, else the collectors and the push receiver in this process, so a training run instrumented with the
   hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and ``--dcgm-exporter.url`` say they
-  are, labelled as Prometheus labels them: ``bottleneck_exporter.peers``), then evaluates the expressions of the bundle
-  those exporters feed (``--bundle`` picks another) over the samples with the Python evaluator
+  are, labelled as Prometheus labels them: ``bottleneck_exporter.verdicts.peers``), then evaluates the expressions of
+  the bundle those exporters feed (``--bundle`` picks another) over the samples with the Python evaluator
   (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is respected as far as the window
   allows: the expressions are evaluated at every sample, and a verdict whose condition has not held for its ``for:`` is
   shown as pending, with the time it still needs.
@@ -54,7 +54,8 @@ from bottleneck_exporter.heuristics.sources import (
     NODE_EXPORTER,
     NODE_EXPORTER_TWINS,
 )
-from bottleneck_exporter.peers import (
+from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.verdicts.peers import (
     DEFAULT_URLS,
     PEER_NAMES,
     Peer,
@@ -66,7 +67,6 @@ from bottleneck_exporter.peers import (
     scrape,
     unjudged,
 )
-from bottleneck_exporter.push.schema import JOB_LABEL
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -316,8 +316,8 @@ def sample(source: ScrapeSource | InProcessSource, window: float, interval: floa
     """Sample ``source`` (and ``peers``) every ``interval`` seconds for ``window`` seconds; returns (store,
     first, last, what each exporter answered).
 
-    The samples are labelled as a Prometheus scrape labels them (``bottleneck_exporter.peers``): ``source`` in the
-    ``scrape_job``, each peer in its own job, all with ``instance``, and each scrape records its ``up``. The
+    The samples are labelled as a Prometheus scrape labels them (``bottleneck_exporter.verdicts.peers``): ``source``
+    in the ``scrape_job``, each peer in its own job, all with ``instance``, and each scrape records its ``up``. The
     rules about the monitoring itself (exporter down or absent) then read what they would read in Prometheus.
     A peer that does not answer costs its own series (``up`` 0), never the others'."""
     points = Points(instance)

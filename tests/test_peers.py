@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bottleneck_exporter import cli, diagnose, peers
+from bottleneck_exporter import cli, diagnose
 from bottleneck_exporter.config import ConfigError
 from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER
 from bottleneck_exporter.status import peers as status_peers
+from bottleneck_exporter.verdicts import peers
 
 
 @pytest.mark.parametrize(("given", "bundle"), [((), "bottleneck"), ((NODE_EXPORTER,), "node-exporter"),

@@ -23,8 +23,8 @@ from bottleneck_exporter.collectors.base import Option
 from bottleneck_exporter.collectors.coexistence import PRESETS
 from bottleneck_exporter.config import add_option_flags, section_values
 from bottleneck_exporter.heuristics.sources import DCGM, DEFAULT_BUNDLE, NODE_EXPORTER
-from bottleneck_exporter.peers import DEFAULT_URLS, PEER_NAMES, Peer, PeerError, peer, peers_of, scrape
 from bottleneck_exporter.status.recorder import Recorder
+from bottleneck_exporter.verdicts.peers import DEFAULT_URLS, PEER_NAMES, Peer, PeerError, peer, peers_of, scrape
 
 TIMEOUT = 2.0  # seconds: a peer slower than this counts as down for that read
 OPTION_OF = {NODE_EXPORTER: "node-exporter-url", DCGM: "dcgm-exporter-url"}

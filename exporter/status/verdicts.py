@@ -2,8 +2,8 @@
 
 The same rules and evaluator as ``bottleneck-exporter diagnose`` standalone (``bottleneck_exporter.diagnose``): the
 recorder's snapshots, and those of the peers the bundle reads (``bottleneck_exporter.status.peers``), become a series
-store labelled as Prometheus would (``bottleneck_exporter.peers.Points``: ours in ``<exporter_job>``, each peer in its
-own job, ``up`` per read), every alert expression of the bundle is evaluated at the last snapshot, rate
+store labelled as Prometheus would (``bottleneck_exporter.verdicts.peers.Points``: ours in ``<exporter_job>``, each
+peer in its own job, ``up`` per read), every alert expression of the bundle is evaluated at the last snapshot, rate
 windows being the recorded span. Computed only when asked (the status page), never in the background.
 """
 
@@ -19,8 +19,8 @@ from bottleneck_exporter.diagnose import Finding, diagnose_store, missing_in
 from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
-from bottleneck_exporter.peers import Peer, Points, unjudged
 from bottleneck_exporter.status.recorder import Snapshot
+from bottleneck_exporter.verdicts.peers import Peer, Points, unjudged
 
 MIN_SNAPSHOTS = 2  # a rate needs two points
 
