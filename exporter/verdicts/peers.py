@@ -12,25 +12,23 @@ those exporters themselves, and every sample must look as it would in Prometheus
   false``, Prometheus' default);
 * each scrape adds ``up`` for its job: 1, or 0 when the exporter did not answer.
 
-``Points`` gathers such samples into the evaluator's series store; ``scrape`` reads one exporter over HTTP.
+``Points`` gathers such samples into the evaluator's series store; ``scrape`` reads one exporter over HTTP, with
+the engine's one bounded read (``bottleneck_exporter.verdicts.scrape``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import math
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 
-from bottleneck_exporter.heuristics.catalogue import Catalogue
+from bottleneck_exporter.heuristics import BUNDLES, DCGM, NODE_EXPORTER, Catalogue
 from bottleneck_exporter.heuristics.promql import SeriesStore
-from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER, PEER_JOB, SOURCES, family_of
+from bottleneck_exporter.heuristics.sources import PEER_JOB, SOURCES, family_of
+from bottleneck_exporter.verdicts.scrape import Sample, ScrapeError
+from bottleneck_exporter.verdicts.scrape import scrape as read_exposition
 
-Sample = tuple[str, dict[str, str], float]
 Labels = Mapping[str, str] | tuple[tuple[str, str], ...]  # as scraped, or as a recorder's snapshot holds them
 # How people name each peer (flags, messages), and the port it listens on by default.
 PEER_NAMES = {NODE_EXPORTER: "node_exporter", DCGM: "dcgm-exporter"}
@@ -38,7 +36,7 @@ DEFAULT_URLS = {NODE_EXPORTER: "http://localhost:9100/metrics", DCGM: "http://lo
 TARGET_LABELS = ("job", "instance")
 
 
-class PeerError(Exception):
+class PeerError(ScrapeError):
     """A peer exporter did not answer, or did not answer with a Prometheus exposition."""
 
 
@@ -106,40 +104,12 @@ def unjudged(catalogue: Catalogue, sources: Iterable[str]) -> list[str]:
                    if any((family_of(s) or ("", ""))[1] in down for s in catalogue.reads.get(rule.heuristic.name, ()))})
 
 
-MAX_BODY = 32 << 20  # bytes: node_exporter's scrape is ~0.1 MB, dcgm-exporter's a few; more is not one
-
-
-def _read(url: str, timeout: float) -> bytes:
-    """The body at ``url``, within ``timeout`` seconds in all (urlopen's timeout bounds each socket operation
-    only: a peer trickling bytes would hold the reader for ever) and at most MAX_BODY bytes."""
-    deadline = time.monotonic() + timeout
-    chunks, size = [], 0
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        while chunk := response.read1(1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise ValueError(f"more than {MAX_BODY >> 20} MiB")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"body not read within {timeout:g}s")
-    return b"".join(chunks)
-
-
 def scrape(target: Peer, timeout: float) -> list[Sample]:
     """The samples ``target`` exposes, as scraped (labels untouched); raises PeerError."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
-        text = _read(target.url, timeout).decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as err:
-        raise PeerError(f"{target.describe()}: HTTP {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
-        raise PeerError(f"{target.describe()}: {getattr(err, 'reason', err) or type(err).__name__}") from None
-    try:
-        return [(s.name, dict(s.labels), float(s.value))
-                for family in text_string_to_metric_families(text) for s in family.samples]
-    except (ValueError, TypeError, IndexError) as err:
-        raise PeerError(f"{target.describe()}: not a Prometheus exposition ({err})") from None
+        return read_exposition(target.url, timeout)
+    except ScrapeError as err:
+        raise PeerError(f"{target.describe()}: {err}") from None
 
 
 def as_scraped(labels: Mapping[str, str], job: str, instance: str) -> dict[str, str]:
