@@ -15,11 +15,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from bottleneck_exporter.diagnose import Finding, diagnose_store, missing_in
 from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.promql import Aggregate, Binary, Call, Negate, Node, Selector, parse
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 from bottleneck_exporter.status.recorder import Snapshot
+from bottleneck_exporter.verdicts.evaluation import Finding, findings_at, missing_in
 from bottleneck_exporter.verdicts.peers import Peer, Points, unjudged
 
 MIN_SNAPSHOTS = 2  # a rate needs two points
@@ -82,7 +82,7 @@ def evaluate(snapshots: Sequence[Snapshot], instance: str, bundle: str = DEFAULT
     store = points.store()
     window = max(1, math.ceil(last - first) + 1)
     catalogue = resolve({"rate_window": f"{window}s"}, bundle=bundle)
-    findings, errors = diagnose_store(catalogue, store, last)
+    findings, errors = findings_at(catalogue, store, last)
     read = [{"name": target.name, "url": target.url, "job": target.job, "up": error is None, "error": error,
              "unjudged": [] if error is None else unjudged(catalogue, [target.source])}
             for target, _, error in peers]

@@ -24,6 +24,10 @@ class ScrapeError(Exception):
     """An exporter did not answer, or did not answer with a Prometheus exposition."""
 
 
+class Unreachable(Exception):
+    """Prometheus or our exporter did not answer: nothing can be judged without it."""
+
+
 def read(url: str, timeout: float, max_bytes: int = MAX_BODY) -> bytes:
     """The body at ``url``, within ``timeout`` seconds in all and at most ``max_bytes`` bytes."""
     deadline = time.monotonic() + timeout
