@@ -5,10 +5,13 @@ The live runs are in tests/test_e2e_bundles.py and tests/test_status_page.py."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import http.server
 import io
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,8 @@ from bottleneck_exporter.config import ConfigError
 from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER
 from bottleneck_exporter.status import peers as status_peers
 from bottleneck_exporter.verdicts import peers
+from bottleneck_exporter.verdicts.sampling import HttpSource
+from bottleneck_exporter.verdicts.scrape import Unreachable
 
 
 @pytest.mark.parametrize(("given", "bundle"), [((), "bottleneck"), ((NODE_EXPORTER,), "node-exporter"),
@@ -134,15 +139,30 @@ class _Peer(http.server.BaseHTTPRequestHandler):
 def test_a_peer_that_trickles_or_answers_garbage_is_a_peer_error_within_the_timeout(mode: str) -> None:
     """urlopen's timeout bounds each socket read only, and a reply that is not HTTP raises an HTTPException
     (not an OSError): both become a PeerError, the trickle within the timeout, not after the whole body."""
+    with _serving(mode) as url, pytest.raises(peers.PeerError) as err:
+        peers.scrape(peers.peer(NODE_EXPORTER, url), timeout=1.0)
+    assert ("within 1s" if mode == "trickle" else "node_exporter") in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["trickle", "garbage"])
+def test_our_exporter_trickling_or_answering_garbage_is_unreachable_within_the_timeout(mode: str) -> None:
+    """Regression: diagnose read our own exporter with a bare urlopen, without the peers' bounds: a trickling
+    exporter held it for ever, and garbage escaped as an HTTPException (a crash, exit 4)."""
+    started = time.monotonic()
+    with _serving(mode) as url, pytest.raises(Unreachable) as err:
+        HttpSource(url, timeout=1.0).samples()
+    assert time.monotonic() - started < 10
+    assert str(err.value).startswith(url) and ("within 1s" if mode == "trickle" else url) in str(err.value)
+
+
+@contextlib.contextmanager
+def _serving(mode: str) -> Iterator[str]:
     handler = type("Handler", (_Peer,), {"mode": mode})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    target = peers.peer(NODE_EXPORTER, f"http://127.0.0.1:{server.server_address[1]}/metrics")
     try:
-        with pytest.raises(peers.PeerError) as err:
-            peers.scrape(target, timeout=1.0)
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
     finally:
         server.shutdown()
         server.server_close()
-    assert ("within 1s" if mode == "trickle" else "node_exporter") in str(err.value)

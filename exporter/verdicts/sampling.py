@@ -10,7 +10,7 @@ records what each answered; ``Sampler.samples()`` is what ``verdicts.evaluation.
     sampler.run(window=60, interval=5)
     evaluation = evaluate(sampler.samples(), bundle)
 
-A peer that does not answer costs its own series
+Every HTTP read is the engine's bounded one (``verdicts.scrape``). A peer that does not answer costs its own series
 (``up`` 0), never the others'; our exporter not answering is ``Unreachable``: nothing can be judged without it.
 """
 
@@ -19,15 +19,14 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from bottleneck_exporter.verdicts.evaluation import Samples
 from bottleneck_exporter.verdicts.peers import Peer, PeerError, Points, scrape
-from bottleneck_exporter.verdicts.scrape import Sample, Unreachable
+from bottleneck_exporter.verdicts.scrape import Sample, ScrapeError, Unreachable
+from bottleneck_exporter.verdicts.scrape import scrape as read_exposition
 
 EXPORTER_TIMEOUT = 10.0  # seconds for one scrape of our exporter (a node with many GPUs and ranks is slower)
 PEER_TIMEOUT = 5.0  # seconds for one scrape of node_exporter or dcgm-exporter
@@ -67,15 +66,10 @@ class HttpSource:
         pass
 
     def samples(self) -> list[Sample]:
-        from prometheus_client.parser import text_string_to_metric_families
-
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
-                text = response.read().decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError) as err:
-            raise Unreachable(f"{self.url}: {getattr(err, 'reason', err)}") from None
-        return [(s.name, dict(s.labels), float(s.value))
-                for family in text_string_to_metric_families(text) for s in family.samples]
+            return read_exposition(self.url, self.timeout)
+        except ScrapeError as err:
+            raise Unreachable(f"{self.url}: {err}") from None
 
 
 class InProcessSource:
