@@ -34,9 +34,7 @@ from typing import TextIO
 from bottleneck_exporter.config import Parser
 from bottleneck_exporter.heuristics import (
     BUNDLES,
-    DCGM,
     DEFAULT_BUNDLE,
-    NODE_EXPORTER,
     SEVERITIES,
     CatalogueError,
     parse_sets,
@@ -46,8 +44,11 @@ from bottleneck_exporter.verdicts.evaluation import evaluate, exporter_job
 from bottleneck_exporter.verdicts.peers import (
     DEFAULT_URLS,
     PEER_NAMES,
+    URL_DESTS,
+    URL_FLAGS,
     Peer,
     PeerError,
+    add_url_flags,
     bundle_for,
     check_bundle,
     peer,
@@ -97,10 +98,8 @@ def build_parser() -> Parser:
     add("--exporter.url", dest="exporter_url", metavar="URL",
         help=f"standalone: sample this running exporter (default: {DEFAULT_EXPORTER_URL} when it answers, "
         "else the collectors and push receiver in this process)")
-    for source in PEER_NAMES:
-        flag = PEER_NAMES[source].replace("_", "-")
-        add(f"--{flag}.url", dest=f"{flag.replace('-', '_')}_url", metavar="URL",
-            help=f"standalone: also sample {PEER_NAMES[source]} here, e.g. {DEFAULT_URLS[source]}")
+    add_url_flags(parser, lambda source: f"standalone: also sample {PEER_NAMES[source]} here, e.g. "
+                  f"{DEFAULT_URLS[source]}")
     add("--window", type=float, default=60.0, metavar="SECONDS",
         help="standalone: how long to sample (default: 60)")
     add("--interval", type=float, default=5.0, metavar="SECONDS",
@@ -178,7 +177,7 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")
         peers = _peers(args)
         if args.prometheus_url and peers:
-            raise CatalogueError("--node-exporter.url and --dcgm-exporter.url are for standalone diagnose; with "
+            raise CatalogueError(f"{' and '.join(URL_FLAGS.values())} are for standalone diagnose; with "
                                  "--prometheus.url, Prometheus scrapes them (pick their bundle with --bundle)")
         if args.prometheus_url:
             args.bundle = args.bundle or DEFAULT_BUNDLE
@@ -207,7 +206,7 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
 
 def _peers(args: argparse.Namespace) -> list[Peer]:
     """The peers given by flag; raises ValueError for a URL that is not http(s)."""
-    urls = {NODE_EXPORTER: args.node_exporter_url, DCGM: args.dcgm_exporter_url}
+    urls = {source: getattr(args, URL_DESTS[source]) for source in PEER_NAMES}
     return [peer(source, url) for source, url in urls.items() if url]
 
 

@@ -97,15 +97,37 @@ def test_the_status_page_evaluates_the_presets_bundle_with_its_peers() -> None:
     bundle, found = status_peers.settings(_status_args(["--collector.preset=beside-node-exporter"]), {})
     assert (bundle, found) == ("node-exporter", [peers.Peer(NODE_EXPORTER, "http://localhost:9100/metrics")])
     bundle, found = status_peers.settings(_status_args(["--collector.preset=beside-node-exporter-and-dcgm",
-                                                        "--status.dcgm-exporter-url=http://gpu:9400"]),
+                                                        "--dcgm-exporter.url=http://gpu:9400"]),
                                           {"status": {"node-exporter-url": ""}})
     assert (bundle, found) == ("node-exporter-dcgm", [peers.Peer(DCGM, "http://gpu:9400/metrics")])
 
 
+def test_a_flag_wins_over_the_config_file_and_an_empty_one_reads_no_peer() -> None:
+    preset = "--collector.preset=beside-node-exporter"
+    in_file = {"status": {"node-exporter-url": "http://file:9100"}}
+    assert status_peers.settings(_status_args([preset]), in_file)[1] == [peers.Peer(NODE_EXPORTER,
+                                                                                    "http://file:9100/metrics")]
+    assert status_peers.settings(_status_args([preset, "--node-exporter.url=http://flag:9100"]), in_file)[1] == [
+        peers.Peer(NODE_EXPORTER, "http://flag:9100/metrics")]
+    assert status_peers.settings(_status_args([preset, "--node-exporter.url="]), in_file)[1] == []
+
+
+def test_diagnose_and_the_exporter_spell_each_peer_url_one_way() -> None:
+    """Regression: the status page's flags were --status.node-exporter-url, diagnose's --node-exporter.url."""
+    def url_flags(flags: list[str]) -> set[str]:
+        return {f for f in flags if "node-exporter" in f or "dcgm-exporter" in f}
+
+    assert url_flags(diagnose.build_parser().flags()) == url_flags(cli.build_parser().flags()) == set(
+        peers.URL_FLAGS.values())
+
+
 def test_a_bad_status_url_names_the_flag_or_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"--status\.node-exporter-url: node_exporter URL: expected"):
+    with pytest.raises(ConfigError, match=r"--node-exporter\.url: node_exporter URL: expected"):
         status_peers.settings(_status_args(["--collector.preset=beside-node-exporter",
-                                            "--status.node-exporter-url=localhost:9100"]), {})
+                                            "--node-exporter.url=localhost:9100"]), {})
+    with pytest.raises(ConfigError, match=r"exporter\.yml: status\.node-exporter-url: node_exporter URL: expected"):
+        status_peers.settings(_status_args(["--collector.preset=beside-node-exporter"]),
+                              {"status": {"node-exporter-url": "localhost:9100"}}, "exporter.yml")
     with pytest.raises(ConfigError, match=r"exporter\.yml: status\.node-exporter-ur: unknown setting"):
         status_peers.settings(_status_args([]), {"status": {"node-exporter-ur": "x"}}, "exporter.yml")
 

@@ -21,6 +21,7 @@ from typing import Any
 from bottleneck_exporter.heuristics import (
     DCGM_TWINS,
     DEFAULT_BUNDLE,
+    NODE_EXPORTER,
     NODE_EXPORTER_TWINS,
     SEVERITIES,
     AlertRule,
@@ -31,6 +32,7 @@ from bottleneck_exporter.heuristics import (
 from bottleneck_exporter.heuristics.promql import PromQLError, SeriesStore, parse, parse_duration
 from bottleneck_exporter.heuristics.promql import evaluate as evaluate_expression
 from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.verdicts.peers import URL_FLAGS
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
 # What each family tells (ours, or its twin from node_exporter or dcgm-exporter); shown when none of them is
@@ -43,7 +45,7 @@ DATA_HINTS = (
     (("bottleneck_training_process_info",), "training processes: none found on the node(s)"),
     (("bottleneck_cpu_seconds_total", NODE_EXPORTER_TWINS["bottleneck_cpu_seconds_total"][0].series),
      "host CPU metrics: the cpu collector is off and no node_exporter series (beside node_exporter: "
-     "--node-exporter.url, docs/coexistence.md)"),
+     f"{URL_FLAGS[NODE_EXPORTER]}, docs/coexistence.md)"),
 )
 
 

@@ -18,10 +18,11 @@ the engine's one bounded read (``bottleneck_exporter.verdicts.scrape``).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from bottleneck_exporter.heuristics import BUNDLES, DCGM, NODE_EXPORTER, Catalogue
 from bottleneck_exporter.heuristics.promql import SeriesStore
@@ -33,6 +34,9 @@ Labels = Mapping[str, str] | tuple[tuple[str, str], ...]  # as scraped, or as a 
 # How people name each peer (flags, messages), and the port it listens on by default.
 PEER_NAMES = {NODE_EXPORTER: "node_exporter", DCGM: "dcgm-exporter"}
 DEFAULT_URLS = {NODE_EXPORTER: "http://localhost:9100/metrics", DCGM: "http://localhost:9400/metrics"}
+# The one spelling of each peer's URL on a command line: diagnose's, and the exporter's (its status page reads them).
+URL_FLAGS = {NODE_EXPORTER: "--node-exporter.url", DCGM: "--dcgm-exporter.url"}
+URL_DESTS = {NODE_EXPORTER: "node_exporter_url", DCGM: "dcgm_exporter_url"}
 TARGET_LABELS = ("job", "instance")
 
 
@@ -55,6 +59,14 @@ class Peer:
 
     def describe(self) -> str:
         return f"{self.name} at {self.url}"
+
+
+def add_url_flags(group: argparse._ActionsContainer, help_of: Callable[[str], str]) -> None:
+    """``--node-exporter.url`` and ``--dcgm-exporter.url``, not given by default (None); ``help_of(source)`` says
+    what the command does with each."""
+    for source in PEER_NAMES:
+        group.add_argument(URL_FLAGS[source], dest=URL_DESTS[source], default=None, metavar="URL",
+                           help=help_of(source).replace("%", "%%"))  # argparse %-formats help strings
 
 
 def peer(source: str, url: str) -> Peer:
@@ -89,7 +101,7 @@ def check_bundle(bundle: str, given: Iterable[str]) -> None:
     """Refuse a bundle whose peers are not all ``given``, or a peer the bundle does not read."""
     wanted, given = set(peers_of(bundle)), set(given)
     for source in PEER_NAMES:
-        flag = f"--{PEER_NAMES[source].replace('_', '-')}.url"
+        flag = URL_FLAGS[source]
         if source in wanted - given:
             raise ValueError(f"bundle {bundle} reads {PEER_NAMES[source]}: give {flag}")
         if source in given - wanted:
