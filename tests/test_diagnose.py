@@ -81,19 +81,6 @@ def test_standalone_respects_for_firing_only_after_it_and_says_how_long_a_pendin
     assert expected <= {tuple(sorted(f.labels.items())) for f in mine}
 
 
-def test_evaluator_refuses_what_it_cannot_evaluate_by_name() -> None:
-    with pytest.raises(promql.PromQLError, match=r"histogram_quantile\(\) is not supported"):
-        promql.parse("histogram_quantile(0.9, rate(x_bucket[5m]))")
-    with pytest.raises(promql.PromQLError, match="offset"):
-        promql.parse("rate(x[5m] offset 1m)")
-    store = promql.SeriesStore()
-    store.add({"__name__": "a", "instance": "n"}, [(0, 1.0)])
-    store.add({"__name__": "b", "instance": "n", "x": "1"}, [(0, 1.0)])
-    store.add({"__name__": "b", "instance": "n", "x": "2"}, [(0, 1.0)])
-    with pytest.raises(promql.PromQLError, match="duplicate series"):
-        promql.evaluate("a / on (instance) b", store, 0.0)
-
-
 # ---------------------------------------------------------------------------------------------- real Prometheus
 
 MINUTES = 12
