@@ -157,6 +157,7 @@ def test_an_instant_selector_reads_the_last_sample_at_or_before_the_time_within_
     assert vector("x", series, 59) == {key(__name__="x"): 1.0}
     assert vector("x", series, 60) == {key(__name__="x"): 2.0}
     assert vector("x", series, 359) == {key(__name__="x"): 2.0}
+    assert vector("x", series, 360) == {key(__name__="x"): 2.0}  # exactly 5m old: still seen (Prometheus 2.x)
     assert vector("x", series, 361) == {}  # stale
     assert vector("x", series, -1) == {}  # nothing yet
 

@@ -468,7 +468,7 @@ class Evaluator:
         out: Vector = []
         for labels, times, values in self._select(selector):
             index = bisect.bisect_right(times, self.at) - 1
-            if index >= 0 and times[index] > self.at - LOOKBACK_SECONDS:
+            if index >= 0 and times[index] >= self.at - LOOKBACK_SECONDS:
                 out.append(Sample(dict(labels), values[index]))
         return out
 
