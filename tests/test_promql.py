@@ -69,6 +69,8 @@ def name(metric: str) -> Matcher:
     ("100 / 10 / 5", 2.0),
     ("7 % 4", 3.0),
     ("2 ^ 3 ^ 2", 512.0),  # right-associative: 2 ^ 9
+    ("-2 ^ 2", -4.0),  # unary minus binds looser than ^, as in Prometheus
+    ("2 ^ -1 * 4", 2.0),
     ("2 ^ -1", 0.5),
     ("- - 3", 3.0),
     ("+3", 3.0),

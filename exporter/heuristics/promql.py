@@ -161,7 +161,8 @@ def parse_duration(text: str) -> float:
 
 
 class Parser:
-    """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; ^; unary minus."""
+    """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; unary minus; ^ (Prometheus
+    gives a unary operator the precedence of *: -2 ^ 2 is -4)."""
 
     LEVELS: tuple[tuple[str, ...], ...] = (("or",), ("and", "unless"), COMPARISONS, ("+", "-"), ("*", "/", "%"))
 
@@ -199,7 +200,7 @@ class Parser:
 
     def binary(self, level: int) -> Node:
         if level == len(self.LEVELS):
-            return self.power()
+            return self.unary()
         node = self.binary(level + 1)
         while self.peek()[1] in self.LEVELS[level]:
             op = self.take()[1]
@@ -226,10 +227,10 @@ class Parser:
         return node
 
     def power(self) -> Node:
-        node = self.unary()
+        node = self.primary()
         if self.peek()[1] == "^":
             self.take()
-            return Binary("^", node, self.power())
+            return Binary("^", node, self.unary())
         return node
 
     def unary(self) -> Node:
@@ -239,7 +240,7 @@ class Parser:
         if self.peek()[1] == "+":
             self.take()
             return self.unary()
-        return self.primary()
+        return self.power()
 
     def label_list(self) -> tuple[str, ...]:
         self.take("(")
