@@ -317,6 +317,15 @@ def test_division_by_zero_is_infinite_or_nan_as_in_ieee_754() -> None:
     assert scalar("1 / 0") == math.inf and math.isnan(scalar("0 / 0"))
 
 
+def test_modulo_and_power_outside_their_domain_are_nan_or_infinite_not_a_crash() -> None:
+    assert math.isnan(scalar("5 % 0"))
+    assert math.isnan(scalar("(-8) ^ 0.5"))
+    assert scalar("0 ^ -1") == math.inf
+    assert scalar("(0 * -1) ^ -3") == -math.inf
+    assert math.isnan(scalar("(1 / 0) % 2"))
+    assert math.isnan(vector("x % 0", NUMBERS)[key(i="b")])
+
+
 RANKS = store(
     ({"__name__": "wait", "instance": "n1", "rank": "0", "job": "j"}, [(0, 2.0)]),
     ({"__name__": "wait", "instance": "n1", "rank": "1", "job": "j"}, [(0, 6.0)]),

@@ -390,11 +390,16 @@ def _arith(op: str, a: float, b: float) -> float:
             return a / b
         if op == "%":
             return math.fmod(a, b)
-        return float(a**b)
+        power = a**b
+        return power if isinstance(power, float) else math.nan  # a negative base, a fractional exponent: complex
     except ZeroDivisionError:
+        if op == "^":  # zero to a negative power: Go's math.Pow
+            return math.copysign(math.inf, a) if b.is_integer() and b % 2 else math.inf
         if op == "%" or a == 0 or math.isnan(a):
             return math.nan
         return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    except ValueError:  # fmod of an infinity or by zero: NaN, as Go's math.Mod
+        return math.nan
     except OverflowError:
         return math.inf
 
