@@ -26,11 +26,11 @@ from collections.abc import Callable
 from bottleneck_exporter import cli, parts
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.heuristics.sources import NODE_EXPORTER
-from bottleneck_exporter.peers import peer
 from bottleneck_exporter.status.peers import PeerCollector
 from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder, Snapshot
 from bottleneck_exporter.status.verdicts import catalogue_names, evaluate
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.verdicts.peers import peer
 
 
 def free_port() -> int:

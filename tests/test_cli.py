@@ -217,3 +217,10 @@ def test_the_framework_callbacks_pull_in_none_of_the_daemon_s_modules() -> None:
     # Lightning and transformers bring torch (and their own YAML, NVML...) with them; ours must add nothing.
     loaded = _loaded_after("import bottleneck_exporter.hook.lightning, bottleneck_exporter.hook.huggingface")
     assert not _daemon_modules(loaded, tuple(d for d in DAEMON_ONLY if d.startswith("bottleneck_exporter.")))
+
+
+def test_the_status_page_judges_with_the_engine_not_the_diagnose_command_line() -> None:
+    """Regression: the status page imported the diagnose CLI for its evaluator."""
+    loaded = _loaded_after("import bottleneck_exporter.status")
+    assert f"{PACKAGE}.verdicts.evaluation" in loaded, "the page's evaluator was not loaded: the check proves nothing"
+    assert f"{PACKAGE}.diagnose" not in loaded

@@ -33,6 +33,7 @@ from bottleneck_exporter.heuristics.scenarios import (
     rank,
     store_of,
 )
+from bottleneck_exporter.verdicts import evaluation, prometheus
 from tests.conftest import ROOT, free_port, require_tool, wait_until
 from tests.promstack import Prometheus
 
@@ -44,7 +45,7 @@ def test_python_evaluator_agrees_with_the_scenario_table(scenario: Scenario) -> 
     """The same table promtool runs (tests/rules/); replay raises when the evaluator disagrees with it."""
     outcome = replay(scenario, CATALOGUE)
     # diagnose's own entry point, over the same series, finds the same instances of the alert.
-    findings, errors = diagnose.diagnose_store(CATALOGUE, store_of(outcome.series), outcome.eval_at * 60.0)
+    findings, errors = evaluation.findings_at(CATALOGUE, store_of(outcome.series), outcome.eval_at * 60.0)
     assert not errors
     found = {(f.rule.severity, tuple(sorted(f.labels.items()))) for f in findings
              if f.rule.heuristic.name == scenario.alert}
@@ -66,8 +67,8 @@ def test_standalone_respects_for_firing_only_after_it_and_says_how_long_a_pendin
     """Regression: standalone diagnose reported a verdict the moment its condition held, ignoring for:."""
     outcome = replay(scenario, CATALOGUE)
     times = [m * 60.0 for m in range(outcome.eval_at + 1)]
-    findings, _ = diagnose.diagnose_store(CATALOGUE, store_of(outcome.series), times[-1])
-    diagnose.hold_states(CATALOGUE, store_of(outcome.series), times, findings)
+    findings, _ = evaluation.findings_at(CATALOGUE, store_of(outcome.series), times[-1])
+    evaluation.hold_states(CATALOGUE, store_of(outcome.series), times, findings)
     mine = [f for f in findings if f.rule.heuristic.name == scenario.alert and f.rule.severity == scenario.severity]
     expected = {tuple(sorted(e.labels.items())) for e in scenario.expect}
     for finding in mine:
@@ -78,19 +79,6 @@ def test_standalone_respects_for_firing_only_after_it_and_says_how_long_a_pendin
         else:  # replay evaluates a not-yet scenario one minute before its for: has elapsed
             assert (finding.state, finding.needs_seconds) == ("pending", 60.0)
     assert expected <= {tuple(sorted(f.labels.items())) for f in mine}
-
-
-def test_evaluator_refuses_what_it_cannot_evaluate_by_name() -> None:
-    with pytest.raises(promql.PromQLError, match=r"histogram_quantile\(\) is not supported"):
-        promql.parse("histogram_quantile(0.9, rate(x_bucket[5m]))")
-    with pytest.raises(promql.PromQLError, match="offset"):
-        promql.parse("rate(x[5m] offset 1m)")
-    store = promql.SeriesStore()
-    store.add({"__name__": "a", "instance": "n"}, [(0, 1.0)])
-    store.add({"__name__": "b", "instance": "n", "x": "1"}, [(0, 1.0)])
-    store.add({"__name__": "b", "instance": "n", "x": "2"}, [(0, 1.0)])
-    with pytest.raises(promql.PromQLError, match="duplicate series"):
-        promql.evaluate("a / on (instance) b", store, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------- real Prometheus
@@ -176,7 +164,7 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
     store = promql.SeriesStore()
     for labels, samples in points:
         store.add(labels, samples)
-    findings, errors = diagnose.diagnose_store(CATALOGUE, store, asked_at)
+    findings, errors = evaluation.findings_at(CATALOGUE, store, asked_at)
     assert not errors
     assert _keys([f.as_dict() for f in findings]) == got
     evidence = next(v for v in report["verdicts"] if v["alert"] == "BottleneckInputBound")
@@ -196,7 +184,7 @@ def test_a_verdict_belongs_to_its_training_job_never_to_the_scrape_job(
         alert: str, labels: dict[str, str], subject: str) -> None:
     """Every scraped series carries the scrape job in ``job``; a training verdict is filed under the training
     job's name (``training_job``), a node's under the node."""
-    finding = diagnose.Finding(resolve().alert(alert), labels, 1.0)
+    finding = evaluation.Finding(resolve().alert(alert), labels, 1.0)
     assert finding.subject == subject
 
 
@@ -208,10 +196,10 @@ def test_diagnose_says_when_prometheus_cannot_be_reached() -> None:
 
 
 def test_a_crash_exits_4_not_1_which_would_read_as_a_critical_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: diagnose.PrometheusClient, expr: str) -> list[dict[str, Any]]:
+    def broken(self: prometheus.PrometheusClient, expr: str) -> list[dict[str, Any]]:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(diagnose.PrometheusClient, "query", broken)
+    monkeypatch.setattr(prometheus.PrometheusClient, "query", broken)
     err = io.StringIO()
     code = diagnose.main(["--prometheus.url", "http://127.0.0.1:1"], stdout=io.StringIO(), stderr=err)
     assert code == diagnose.EXIT_INTERNAL

@@ -5,18 +5,24 @@ The live runs are in tests/test_e2e_bundles.py and tests/test_status_page.py."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import http.server
 import io
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bottleneck_exporter import cli, diagnose, peers
+from bottleneck_exporter import cli, diagnose
 from bottleneck_exporter.config import ConfigError
 from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER
 from bottleneck_exporter.status import peers as status_peers
+from bottleneck_exporter.verdicts import peers
+from bottleneck_exporter.verdicts.sampling import HttpSource
+from bottleneck_exporter.verdicts.scrape import Unreachable
 
 
 @pytest.mark.parametrize(("given", "bundle"), [((), "bottleneck"), ((NODE_EXPORTER,), "node-exporter"),
@@ -91,15 +97,37 @@ def test_the_status_page_evaluates_the_presets_bundle_with_its_peers() -> None:
     bundle, found = status_peers.settings(_status_args(["--collector.preset=beside-node-exporter"]), {})
     assert (bundle, found) == ("node-exporter", [peers.Peer(NODE_EXPORTER, "http://localhost:9100/metrics")])
     bundle, found = status_peers.settings(_status_args(["--collector.preset=beside-node-exporter-and-dcgm",
-                                                        "--status.dcgm-exporter-url=http://gpu:9400"]),
+                                                        "--dcgm-exporter.url=http://gpu:9400"]),
                                           {"status": {"node-exporter-url": ""}})
     assert (bundle, found) == ("node-exporter-dcgm", [peers.Peer(DCGM, "http://gpu:9400/metrics")])
 
 
+def test_a_flag_wins_over_the_config_file_and_an_empty_one_reads_no_peer() -> None:
+    preset = "--collector.preset=beside-node-exporter"
+    in_file = {"status": {"node-exporter-url": "http://file:9100"}}
+    assert status_peers.settings(_status_args([preset]), in_file)[1] == [peers.Peer(NODE_EXPORTER,
+                                                                                    "http://file:9100/metrics")]
+    assert status_peers.settings(_status_args([preset, "--node-exporter.url=http://flag:9100"]), in_file)[1] == [
+        peers.Peer(NODE_EXPORTER, "http://flag:9100/metrics")]
+    assert status_peers.settings(_status_args([preset, "--node-exporter.url="]), in_file)[1] == []
+
+
+def test_diagnose_and_the_exporter_spell_each_peer_url_one_way() -> None:
+    """Regression: the status page's flags were --status.node-exporter-url, diagnose's --node-exporter.url."""
+    def url_flags(flags: list[str]) -> set[str]:
+        return {f for f in flags if "node-exporter" in f or "dcgm-exporter" in f}
+
+    assert url_flags(diagnose.build_parser().flags()) == url_flags(cli.build_parser().flags()) == set(
+        peers.URL_FLAGS.values())
+
+
 def test_a_bad_status_url_names_the_flag_or_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"--status\.node-exporter-url: node_exporter URL: expected"):
+    with pytest.raises(ConfigError, match=r"--node-exporter\.url: node_exporter URL: expected"):
         status_peers.settings(_status_args(["--collector.preset=beside-node-exporter",
-                                            "--status.node-exporter-url=localhost:9100"]), {})
+                                            "--node-exporter.url=localhost:9100"]), {})
+    with pytest.raises(ConfigError, match=r"exporter\.yml: status\.node-exporter-url: node_exporter URL: expected"):
+        status_peers.settings(_status_args(["--collector.preset=beside-node-exporter"]),
+                              {"status": {"node-exporter-url": "localhost:9100"}}, "exporter.yml")
     with pytest.raises(ConfigError, match=r"exporter\.yml: status\.node-exporter-ur: unknown setting"):
         status_peers.settings(_status_args([]), {"status": {"node-exporter-ur": "x"}}, "exporter.yml")
 
@@ -133,15 +161,30 @@ class _Peer(http.server.BaseHTTPRequestHandler):
 def test_a_peer_that_trickles_or_answers_garbage_is_a_peer_error_within_the_timeout(mode: str) -> None:
     """urlopen's timeout bounds each socket read only, and a reply that is not HTTP raises an HTTPException
     (not an OSError): both become a PeerError, the trickle within the timeout, not after the whole body."""
+    with _serving(mode) as url, pytest.raises(peers.PeerError) as err:
+        peers.scrape(peers.peer(NODE_EXPORTER, url), timeout=1.0)
+    assert ("within 1s" if mode == "trickle" else "node_exporter") in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["trickle", "garbage"])
+def test_our_exporter_trickling_or_answering_garbage_is_unreachable_within_the_timeout(mode: str) -> None:
+    """Regression: diagnose read our own exporter with a bare urlopen, without the peers' bounds: a trickling
+    exporter held it for ever, and garbage escaped as an HTTPException (a crash, exit 4)."""
+    started = time.monotonic()
+    with _serving(mode) as url, pytest.raises(Unreachable) as err:
+        HttpSource(url, timeout=1.0).samples()
+    assert time.monotonic() - started < 10
+    assert str(err.value).startswith(url) and ("within 1s" if mode == "trickle" else url) in str(err.value)
+
+
+@contextlib.contextmanager
+def _serving(mode: str) -> Iterator[str]:
     handler = type("Handler", (_Peer,), {"mode": mode})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    target = peers.peer(NODE_EXPORTER, f"http://127.0.0.1:{server.server_address[1]}/metrics")
     try:
-        with pytest.raises(peers.PeerError) as err:
-            peers.scrape(target, timeout=1.0)
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
     finally:
         server.shutdown()
         server.server_close()
-    assert ("within 1s" if mode == "trickle" else "node_exporter") in str(err.value)

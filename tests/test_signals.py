@@ -12,12 +12,12 @@ import pytest
 
 from bottleneck_exporter.dashboards import node
 from bottleneck_exporter.dashboards.verdict_catalogue import verdicts
-from bottleneck_exporter.diagnose import diagnose_store
 from bottleneck_exporter.heuristics import catalogue, generate
 from bottleneck_exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
 from bottleneck_exporter.heuristics.scenarios import Timeline, process, store_of
 from bottleneck_exporter.heuristics.scenarios import node as node_series
 from bottleneck_exporter.heuristics.sources import BUNDLES, Unreadable
+from bottleneck_exporter.verdicts.evaluation import findings_at
 from tests.conftest import ROOT
 
 # The change: iowait counts as busy (a core waiting for storage is not free for the loaders).
@@ -36,7 +36,7 @@ def outputs() -> dict[str, Any]:
     tl = Timeline(MINUTES)
     # 70% busy and 25% iowait, tasks queueing for the cores, a job training.
     store = store_of(node_series(tl, busy=0.7, iowait=0.25, cpu_pressure=0.8) + process(tl))
-    findings, errors = diagnose_store(resolved, store, MINUTES * 60.0)
+    findings, errors = findings_at(resolved, store, MINUTES * 60.0)
     assert errors == []
     return {
         "rules": {b: generate.render_recording_rules(c) for b, c in generate.bundle_catalogues(resolved).items()},

@@ -201,11 +201,11 @@ class _Held(http.server.BaseHTTPRequestHandler):
 def test_under_the_preset_the_page_judges_host_verdicts_from_node_exporter(start_exporter, tmp_path: Path,
                                                                            node_exporter) -> None:
     """--collector.preset=beside-node-exporter: our host collectors are off; the page reads the real
-    node_exporter (--status.node-exporter-url) and evaluates the node-exporter bundle."""
+    node_exporter (--node-exporter.url) and evaluates the node-exporter bundle."""
     sock = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={sock}", "--collector.preset=beside-node-exporter",
                                "--no-collector.gpu", "--web.status-interval=1",
-                               f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics"])
+                               f"--node-exporter.url=http://127.0.0.1:{node_exporter.port}/metrics"])
     stop = tmp_path / "stop"
     trainer = input_bound_trainer(sock, "beside", stop)
     try:
@@ -234,7 +234,7 @@ def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrap
     try:
         exporter = start_exporter(["--collector.preset=beside-node-exporter", "--no-collector.gpu",
                                    "--web.status-interval=1", "--push.disable",
-                                   f"--status.node-exporter-url=http://127.0.0.1:{server.server_address[1]}"])
+                                   f"--node-exporter.url=http://127.0.0.1:{server.server_address[1]}"])
         assert _Held.entered.wait(60), "the status page never read node_exporter"
         # A scrape while the read of node_exporter hangs: answered, with our series.
         scrape = requests.get(f"{exporter.url}/metrics", timeout=30)
@@ -248,7 +248,7 @@ def test_a_node_exporter_that_hangs_is_named_on_the_page_and_never_holds_a_scrap
         peer = wait_until(named, 60, "node_exporter named as not answering")["peers"][0]
         assert "timed out" in peer["error"] and "BottleneckCpuSaturated" in peer["unjudged"]
         page = requests.get(f"{exporter.url}/", timeout=30).text
-        assert "node_exporter did not answer" in page and "--status.node-exporter-url" in page
+        assert "node_exporter did not answer" in page and "--node-exporter.url" in page
     finally:
         _Held.release.set()
         server.shutdown()
@@ -263,8 +263,8 @@ def test_under_the_dcgm_preset_the_page_reads_dcgm_exporter_as_well(start_export
     read, the node-exporter-dcgm bundle evaluated; the GPU and host hints of missing data are gone."""
     exporter = start_exporter(["--collector.preset=beside-node-exporter-and-dcgm", "--no-collector.gpu",
                                "--web.status-interval=1", "--push.disable",
-                               f"--status.node-exporter-url=http://127.0.0.1:{node_exporter.port}/metrics",
-                               f"--status.dcgm-exporter-url=http://{dcgm_exporter}/metrics"])
+                               f"--node-exporter.url=http://127.0.0.1:{node_exporter.port}/metrics",
+                               f"--dcgm-exporter.url=http://{dcgm_exporter}/metrics"])
 
     def read() -> dict | None:
         verdicts = requests.get(f"{exporter.url}/status.json", timeout=30).json()["verdicts"]

@@ -185,7 +185,7 @@ class Preset:
     collectors_off: tuple[str, ...]
     options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     # The rule bundle (exporter/heuristics/sources.py) whose sources this preset assumes: the status page
-    # evaluates it, reading the peers it names (--status.node-exporter-url, --status.dcgm-exporter-url).
+    # evaluates it, reading the peers it names (--node-exporter.url, --dcgm-exporter.url).
     bundle: str = "bottleneck"
 
 

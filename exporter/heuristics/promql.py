@@ -161,7 +161,8 @@ def parse_duration(text: str) -> float:
 
 
 class Parser:
-    """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; ^; unary minus."""
+    """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; unary minus; ^ (Prometheus
+    gives a unary operator the precedence of *: -2 ^ 2 is -4)."""
 
     LEVELS: tuple[tuple[str, ...], ...] = (("or",), ("and", "unless"), COMPARISONS, ("+", "-"), ("*", "/", "%"))
 
@@ -199,7 +200,7 @@ class Parser:
 
     def binary(self, level: int) -> Node:
         if level == len(self.LEVELS):
-            return self.power()
+            return self.unary()
         node = self.binary(level + 1)
         while self.peek()[1] in self.LEVELS[level]:
             op = self.take()[1]
@@ -226,10 +227,10 @@ class Parser:
         return node
 
     def power(self) -> Node:
-        node = self.unary()
+        node = self.primary()
         if self.peek()[1] == "^":
             self.take()
-            return Binary("^", node, self.power())
+            return Binary("^", node, self.unary())
         return node
 
     def unary(self) -> Node:
@@ -239,7 +240,7 @@ class Parser:
         if self.peek()[1] == "+":
             self.take()
             return self.unary()
-        return self.primary()
+        return self.power()
 
     def label_list(self) -> tuple[str, ...]:
         self.take("(")
@@ -389,11 +390,16 @@ def _arith(op: str, a: float, b: float) -> float:
             return a / b
         if op == "%":
             return math.fmod(a, b)
-        return float(a**b)
+        power = a**b
+        return power if isinstance(power, float) else math.nan  # a negative base, a fractional exponent: complex
     except ZeroDivisionError:
+        if op == "^":  # zero to a negative power: Go's math.Pow
+            return math.copysign(math.inf, a) if b.is_integer() and b % 2 else math.inf
         if op == "%" or a == 0 or math.isnan(a):
             return math.nan
         return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    except ValueError:  # fmod of an infinity or by zero: NaN, as Go's math.Mod
+        return math.nan
     except OverflowError:
         return math.inf
 
@@ -468,7 +474,7 @@ class Evaluator:
         out: Vector = []
         for labels, times, values in self._select(selector):
             index = bisect.bisect_right(times, self.at) - 1
-            if index >= 0 and times[index] > self.at - LOOKBACK_SECONDS:
+            if index >= 0 and times[index] >= self.at - LOOKBACK_SECONDS:
                 out.append(Sample(dict(labels), values[index]))
         return out
 

@@ -25,11 +25,11 @@ from typing import Any
 from bottleneck_exporter import __version__
 from bottleneck_exporter.collectors.base import Collector
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
-from bottleneck_exporter.peers import Peer
 from bottleneck_exporter.status import model, page
 from bottleneck_exporter.status.peers import recorders
 from bottleneck_exporter.status.recorder import Recorder
 from bottleneck_exporter.status.verdicts import Verdicts, catalogue_names, evaluate
+from bottleneck_exporter.verdicts.peers import Peer
 
 log = logging.getLogger(__name__)
 

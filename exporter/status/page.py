@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bottleneck_exporter.status.model import PHASES
+from bottleneck_exporter.verdicts.peers import PEER_NAMES, URL_FLAGS
 
 PHASE_COLOURS = {"data_wait": "#e4572e", "forward": "#2e86de", "backward": "#8e44ad", "optimizer": "#27ae60",
                  "other": "#a4acb4"}
@@ -122,7 +123,7 @@ def _verdicts(status: Mapping[str, Any]) -> str:
         out.append('<p class="muted">No data for: ' + "; ".join(_e(m) for m in verdicts["missing"]) + ".</p>")
     for peer in verdicts["peers"]:
         if peer["error"]:  # said plainly: the verdicts that read its series are judged without them
-            flag = f'--status.{peer["name"].replace("_", "-")}-url'
+            flag = next(URL_FLAGS[s] for s, name in PEER_NAMES.items() if name == peer["name"])
             out.append(f'<p class="peer-down">{_e(peer["name"])} did not answer ({_e(peer["error"])}), so these '
                        f'verdicts lack its series: {_e(", ".join(peer["unjudged"]) or "none")}. Start it, or '
                        f"point {_e(flag)} at it.</p>")

@@ -2,9 +2,9 @@
 
 Under ``--collector.preset=beside-node-exporter`` (or ``-and-dcgm``) our host (and most GPU) collectors are
 off, so the page's verdicts need node_exporter's (and dcgm-exporter's) series: it evaluates the preset's
-bundle and reads each peer that bundle needs at ``--status.node-exporter-url`` /
-``--status.dcgm-exporter-url`` (``status.<option>`` in the config file; empty: not read, and the page says
-which verdicts that leaves without their series).
+bundle and reads each peer that bundle needs at ``--node-exporter.url`` / ``--dcgm-exporter.url``, the flags
+``diagnose`` has too (``status.node-exporter-url`` / ``status.dcgm-exporter-url`` in the config file; empty: not
+read, and the page says which verdicts that leaves without their series).
 
 A peer is read by the status sampler thread only, at most once per ``spacing`` seconds and with a short
 timeout: a Prometheus scrape of our /metrics never waits on it. Each read is kept in a ``Recorder`` ring (the
@@ -21,13 +21,24 @@ from prometheus_client.metrics_core import Metric
 
 from bottleneck_exporter.collectors.base import Option
 from bottleneck_exporter.collectors.coexistence import PRESETS
-from bottleneck_exporter.config import add_option_flags, section_values
-from bottleneck_exporter.heuristics.sources import DCGM, DEFAULT_BUNDLE, NODE_EXPORTER
-from bottleneck_exporter.peers import DEFAULT_URLS, PEER_NAMES, Peer, PeerError, peer, peers_of, scrape
+from bottleneck_exporter.config import ConfigError, section_values
+from bottleneck_exporter.heuristics import DCGM, DEFAULT_BUNDLE, NODE_EXPORTER
 from bottleneck_exporter.status.recorder import Recorder
+from bottleneck_exporter.verdicts.peers import (
+    DEFAULT_URLS,
+    PEER_NAMES,
+    URL_DESTS,
+    URL_FLAGS,
+    Peer,
+    PeerError,
+    add_url_flags,
+    peer,
+    peers_of,
+    scrape,
+)
 
-TIMEOUT = 2.0  # seconds: a peer slower than this counts as down for that read
-OPTION_OF = {NODE_EXPORTER: "node-exporter-url", DCGM: "dcgm-exporter-url"}
+TIMEOUT = 2.0  # seconds: a peer slower than this counts as down for that read (it shares the sampler thread)
+OPTION_OF = {NODE_EXPORTER: "node-exporter-url", DCGM: "dcgm-exporter-url"}  # the keys of the config file
 
 
 def _url(source: str) -> Any:
@@ -37,22 +48,33 @@ def _url(source: str) -> Any:
     return parse
 
 
+def _help(source: str) -> str:
+    return (f"Under a --collector.preset that leaves the {'host' if source == NODE_EXPORTER else 'GPU'} series to "
+            f"{PEER_NAMES[source]}, the status page reads it here for its verdicts (empty: not read; in "
+            f"--config.file: status.{OPTION_OF[source]})")
+
+
 OPTIONS: tuple[Option, ...] = tuple(
-    Option(OPTION_OF[source], DEFAULT_URLS[source],
-           f"Under a --collector.preset that leaves the {'host' if source == NODE_EXPORTER else 'GPU'} series to "
-           f"{PEER_NAMES[source]}, the status page reads it here for its verdicts (empty: not read)",
-           parse=_url(source))
-    for source in (NODE_EXPORTER, DCGM))
+    Option(OPTION_OF[source], DEFAULT_URLS[source], _help(source), parse=_url(source)) for source in PEER_NAMES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("status", "The status page on / (in --config.file: status.<option>).")
-    add_option_flags(group, OPTIONS, "status", "status")
+    add_url_flags(group, lambda source: f"{_help(source)} (default: {DEFAULT_URLS[source]})")
 
 
 def settings(args: argparse.Namespace, file_config: dict[str, Any], source: str = "") -> tuple[str, list[Peer]]:
     """(the bundle the page evaluates, the peers it reads); raises ConfigError naming the flag or the key."""
-    values, _ = section_values(file_config, "status", OPTIONS, args, source)
+    # The default and the config file first; the flags (spelled as diagnose spells them, not --status.<option>)
+    # win over both.
+    values, _ = section_values(file_config, "status", OPTIONS, argparse.Namespace(), source)
+    for name in PEER_NAMES:
+        flag = getattr(args, URL_DESTS[name], None)
+        if flag is not None:
+            try:
+                values[OPTION_OF[name]] = _url(name)(flag)
+            except ValueError as err:
+                raise ConfigError(f"{URL_FLAGS[name]}: {err}") from None
     preset = getattr(args, "preset", None)
     bundle = PRESETS[preset].bundle if preset else DEFAULT_BUNDLE
     return bundle, [values[OPTION_OF[name]] for name in peers_of(bundle) if values[OPTION_OF[name]] is not None]

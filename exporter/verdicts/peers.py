@@ -12,33 +12,35 @@ those exporters themselves, and every sample must look as it would in Prometheus
   false``, Prometheus' default);
 * each scrape adds ``up`` for its job: 1, or 0 when the exporter did not answer.
 
-``Points`` gathers such samples into the evaluator's series store; ``scrape`` reads one exporter over HTTP.
+``Points`` gathers such samples into the evaluator's series store; ``scrape`` reads one exporter over HTTP, with
+the engine's one bounded read (``bottleneck_exporter.verdicts.scrape``).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import http.client
 import math
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from bottleneck_exporter.heuristics.catalogue import Catalogue
+from bottleneck_exporter.heuristics import BUNDLES, DCGM, NODE_EXPORTER, Catalogue
 from bottleneck_exporter.heuristics.promql import SeriesStore
-from bottleneck_exporter.heuristics.sources import BUNDLES, DCGM, NODE_EXPORTER, PEER_JOB, SOURCES, family_of
+from bottleneck_exporter.heuristics.sources import PEER_JOB, SOURCES, family_of
+from bottleneck_exporter.verdicts.scrape import Sample, ScrapeError
+from bottleneck_exporter.verdicts.scrape import scrape as read_exposition
 
-Sample = tuple[str, dict[str, str], float]
 Labels = Mapping[str, str] | tuple[tuple[str, str], ...]  # as scraped, or as a recorder's snapshot holds them
 # How people name each peer (flags, messages), and the port it listens on by default.
 PEER_NAMES = {NODE_EXPORTER: "node_exporter", DCGM: "dcgm-exporter"}
 DEFAULT_URLS = {NODE_EXPORTER: "http://localhost:9100/metrics", DCGM: "http://localhost:9400/metrics"}
+# The one spelling of each peer's URL on a command line: diagnose's, and the exporter's (its status page reads them).
+URL_FLAGS = {NODE_EXPORTER: "--node-exporter.url", DCGM: "--dcgm-exporter.url"}
+URL_DESTS = {NODE_EXPORTER: "node_exporter_url", DCGM: "dcgm_exporter_url"}
 TARGET_LABELS = ("job", "instance")
 
 
-class PeerError(Exception):
+class PeerError(ScrapeError):
     """A peer exporter did not answer, or did not answer with a Prometheus exposition."""
 
 
@@ -57,6 +59,14 @@ class Peer:
 
     def describe(self) -> str:
         return f"{self.name} at {self.url}"
+
+
+def add_url_flags(group: argparse._ActionsContainer, help_of: Callable[[str], str]) -> None:
+    """``--node-exporter.url`` and ``--dcgm-exporter.url``, not given by default (None); ``help_of(source)`` says
+    what the command does with each."""
+    for source in PEER_NAMES:
+        group.add_argument(URL_FLAGS[source], dest=URL_DESTS[source], default=None, metavar="URL",
+                           help=help_of(source).replace("%", "%%"))  # argparse %-formats help strings
 
 
 def peer(source: str, url: str) -> Peer:
@@ -91,7 +101,7 @@ def check_bundle(bundle: str, given: Iterable[str]) -> None:
     """Refuse a bundle whose peers are not all ``given``, or a peer the bundle does not read."""
     wanted, given = set(peers_of(bundle)), set(given)
     for source in PEER_NAMES:
-        flag = f"--{PEER_NAMES[source].replace('_', '-')}.url"
+        flag = URL_FLAGS[source]
         if source in wanted - given:
             raise ValueError(f"bundle {bundle} reads {PEER_NAMES[source]}: give {flag}")
         if source in given - wanted:
@@ -106,40 +116,12 @@ def unjudged(catalogue: Catalogue, sources: Iterable[str]) -> list[str]:
                    if any((family_of(s) or ("", ""))[1] in down for s in catalogue.reads.get(rule.heuristic.name, ()))})
 
 
-MAX_BODY = 32 << 20  # bytes: node_exporter's scrape is ~0.1 MB, dcgm-exporter's a few; more is not one
-
-
-def _read(url: str, timeout: float) -> bytes:
-    """The body at ``url``, within ``timeout`` seconds in all (urlopen's timeout bounds each socket operation
-    only: a peer trickling bytes would hold the reader for ever) and at most MAX_BODY bytes."""
-    deadline = time.monotonic() + timeout
-    chunks, size = [], 0
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        while chunk := response.read1(1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise ValueError(f"more than {MAX_BODY >> 20} MiB")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"body not read within {timeout:g}s")
-    return b"".join(chunks)
-
-
 def scrape(target: Peer, timeout: float) -> list[Sample]:
     """The samples ``target`` exposes, as scraped (labels untouched); raises PeerError."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
-        text = _read(target.url, timeout).decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as err:
-        raise PeerError(f"{target.describe()}: HTTP {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
-        raise PeerError(f"{target.describe()}: {getattr(err, 'reason', err) or type(err).__name__}") from None
-    try:
-        return [(s.name, dict(s.labels), float(s.value))
-                for family in text_string_to_metric_families(text) for s in family.samples]
-    except (ValueError, TypeError, IndexError) as err:
-        raise PeerError(f"{target.describe()}: not a Prometheus exposition ({err})") from None
+        return read_exposition(target.url, timeout)
+    except ScrapeError as err:
+        raise PeerError(f"{target.describe()}: {err}") from None
 
 
 def as_scraped(labels: Mapping[str, str], job: str, instance: str) -> dict[str, str]:
