@@ -37,14 +37,9 @@ from typing import Any, TextIO
 
 from bottleneck_exporter.config import Parser
 from bottleneck_exporter.heuristics import gotemplate
-from bottleneck_exporter.heuristics.catalogue import (
-    SEVERITIES,
-    AlertRule,
-    Catalogue,
-    CatalogueError,
-    parse_sets,
-    resolve,
-)
+from bottleneck_exporter.heuristics.catalogue import AlertRule, Catalogue, resolve
+from bottleneck_exporter.heuristics.model import SEVERITIES, CatalogueError
+from bottleneck_exporter.heuristics.parameters import parse_sets
 from bottleneck_exporter.heuristics.promql import PromQLError, SeriesStore, evaluate, parse, parse_duration
 from bottleneck_exporter.heuristics.sources import (
     BUNDLES,

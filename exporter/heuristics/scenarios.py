@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from bottleneck_exporter.heuristics.catalogue import HEURISTICS, format_value
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS
+from bottleneck_exporter.heuristics.parameters import format_value
 from bottleneck_exporter.heuristics.promql import SeriesStore, parse_duration
 from bottleneck_exporter.heuristics.sources import Bundle
 
