@@ -1,6 +1,6 @@
 """The generated rules: current with the catalogue, accepted by promtool, and tested by the scenario table.
 
-``promtool test rules`` runs the files rendered from exporter/heuristics/scenarios.py; the Python side of the
+``promtool test rules`` runs the files rendered from exporter/heuristics/scenarios/; the Python side of the
 same table is in test_diagnose.py.
 """
 
@@ -22,7 +22,8 @@ from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.model import PARAM, CatalogueError
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.heuristics.promql import parse
-from bottleneck_exporter.heuristics.scenarios import FIRES, NEAR_MISS, NOT_YET, SCENARIOS
+from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
 from tests.conftest import ROOT, require_tool

@@ -16,8 +16,9 @@ from bottleneck_exporter.diagnose import diagnose_store
 from bottleneck_exporter.heuristics import catalogue, generate
 from bottleneck_exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
 from bottleneck_exporter.heuristics.model import CatalogueError, MissingSignal
-from bottleneck_exporter.heuristics.scenarios import Timeline, process, store_of
-from bottleneck_exporter.heuristics.scenarios import node as node_series
+from bottleneck_exporter.heuristics.scenarios.builders import node as node_series
+from bottleneck_exporter.heuristics.scenarios.builders import process
+from bottleneck_exporter.heuristics.scenarios.series import Timeline, store_of
 from bottleneck_exporter.heuristics.sources import BUNDLES, Unreadable
 from tests.conftest import ROOT
 

@@ -33,8 +33,8 @@ from bottleneck_exporter.heuristics.catalogue import HEURISTICS, AlertRule, Cata
 from bottleneck_exporter.heuristics.gotemplate import render
 from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, CatalogueError
 from bottleneck_exporter.heuristics.parameters import PARAMETERS, format_value, parse_sets
-from bottleneck_exporter.heuristics.replay import Instance, Outcome, replay
 from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.replay import Instance, Outcome, replay
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, FAMILIES, FAMILY_WORDS, SOURCES, family_of
 
 COMMAND = "python -m bottleneck_exporter.heuristics.generate"
@@ -150,7 +150,7 @@ def rule_test_document(rule_files: Sequence[str], tests: list[dict[str, Any]], i
         "evaluation_interval": "1m",
         "tests": tests,
     }
-    return header("exporter/heuristics/scenarios.py") + intro + dump(doc)
+    return header("exporter/heuristics/scenarios/") + intro + dump(doc)
 
 
 def rule_test_cases(catalogue: Catalogue, heuristic_name: str, outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:

@@ -6,13 +6,11 @@ ours in every bundle: no other exporter has them). A *bundle* picks one source p
 writes one set of rule files per bundle. Every recording rule records to the same name whatever its source,
 so alerts, dashboards and ``diagnose`` read only recording rules.
 
-Each source also carries a *translator*: our own series of its family rewritten as that exporter would expose
-them (names, labels, units). The scenario table goes through it, so one table tests every bundle and the
-per-source PromQL in the catalogue is checked against the peer's real names, labels and units.
-
 Which peer series carries each of ours, and in which unit, is written once: the twin tables of
 ``exporter/collectors/coexistence.py``, held to the real node_exporter and to the recorded dcgm-exporter scrape
-(``tests/fixtures/dcgm-exporter/``) by tests/test_coexistence.py; the translators read them. dcgm-exporter's
+(``tests/fixtures/dcgm-exporter/``) by tests/test_coexistence.py. ``Bundle.rewrite`` reads them to draw a
+dashboard's signal from a bundle's sources; the scenario table's translators (``scenarios/translate.py``, test
+data: the daemon never imports them) read them to write our series as each peer exposes them. dcgm-exporter's
 label set: ``gpu``, ``UUID``, ``pci_bus_id``, ``device`` = ``nvidia<gpu>``, ``modelName``, ``hostname``
 (``Hostname`` before 4.x), ``DCGM_FI_DRIVER_VERSION``, and ``container``/``namespace``/``pod`` on Kubernetes.
 Its default counters have no clock-event reasons, no PCIe link generation/width, no per-code XID counter
@@ -24,15 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
 from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE, Twin
 from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
-
-if TYPE_CHECKING:
-    from bottleneck_exporter.heuristics.scenarios import Series
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
@@ -46,7 +40,6 @@ PEER_JOB = {NODE_EXPORTER: {"job": "node-exporter"}, DCGM: {"job": "dcgm-exporte
 
 # Labels dcgm-exporter puts on every GPU series that ours do not have (older releases spell Hostname).
 DCGM_ONLY_LABELS = ("UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION")
-MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +48,6 @@ class Source:
     family: str  # the family of series it provides in a bundle
     what: str  # for the runbook: what to run
     provides: Callable[[str, str], bool]  # (origin, series name) → whether this source has it
-    translate: Callable[[Sequence[Series]], list[Series]]  # our series of this family → this source's
 
 
 def family_of(metric: str) -> tuple[str, str] | None:
@@ -80,69 +72,6 @@ def gpu_unique(metric: str) -> bool:
     return re.sub(r"_(bucket|count|sum)$", "", metric) in GPU_UNIQUE or metric in GPU_UNIQUE
 
 
-def _name(s: Series) -> str:
-    return dict(s.labels)["__name__"]
-
-
-def _of_family(series: Sequence[Series], family: str) -> list[Series]:
-    return [s for s in series if (family_of(_name(s)) or ("",))[0] == family]
-
-
-def _peer(s: Series, name: str, scale: float = 1.0, labels: Mapping[str, str] | None = None,
-          drop: Sequence[str] = (), track: Sequence[float | None] | None = None) -> Series:
-    """``s`` as the peer exposes it: renamed, in the peer's unit (ours = peer x ``scale``), labels changed."""
-    from bottleneck_exporter.heuristics.scenarios import series
-
-    kept = {k: v for k, v in s.labels if k != "__name__" and k not in drop}
-    values = s.track if track is None else track
-    return series(name, {**kept, **(labels or {})}, [None if v is None else v / scale for v in values])
-
-
-def _twins(s: Series, table: Mapping[str, tuple[Twin, ...]], labels: Mapping[str, str] | None = None,
-           drop: Sequence[str] = ()) -> list[Series]:
-    """Our series ``s`` as its twins in ``table`` (collectors/coexistence.py): the twins that are series of the
-    peer's own, not expressions over them, and whose ``match`` selects ``s``."""
-    ours = dict(s.labels)
-    return [_peer(s, twin.series, twin.scale, labels, (*drop, *twin.match)) for twin in table.get(ours["__name__"], ())
-            if PEER_SERIES.fullmatch(twin.series) and all(ours.get(k) == v for k, v in twin.match.items())]
-
-
-PEER_SERIES = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def _node_exporter(series: Sequence[Series]) -> list[Series]:
-    """node_exporter keeps our label names (cpu, mode, device); bottleneck_cpus is its counted CPUs."""
-    return [peer for s in series for peer in _twins(s, NODE_EXPORTER_TWINS, PEER_JOB[NODE_EXPORTER])]
-
-
-def _dcgm_labels(ours: Mapping[str, str]) -> dict[str, str]:
-    return {"UUID": ours["uuid"], "pci_bus_id": f"00000000:{0x1B + int(ours['gpu']):02X}:00.0",
-            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gpu-node-1",
-            "DCGM_FI_DRIVER_VERSION": "590.48.01", **PEER_JOB[DCGM]}
-
-
-DCGM_RESERVED_MIB = 512.0  # the driver's reservation
-
-
-def _dcgm(series: Sequence[Series]) -> list[Series]:
-    """dcgm-exporter's default counters with its label set. Our memory total is its FB_USED + FB_FREE +
-    FB_RESERVED (the twin table's expression): the translator splits it, with a fixed reservation."""
-    out = []
-    used = {tuple(kv for kv in s.labels if kv[0] != "__name__"): s.track for s in series
-            if _name(s) == "bottleneck_gpu_memory_used_bytes"}
-    for s in series:
-        labels = _dcgm_labels(dict(s.labels))
-        out += _twins(s, DCGM_TWINS, labels, drop=("uuid",))
-        if _name(s) == "bottleneck_gpu_memory_total_bytes":
-            total, taken = s.track, used[tuple(kv for kv in s.labels if kv[0] != "__name__")]
-            reserved = DCGM_RESERVED_MIB * MIB
-            free = [None if t is None or u is None else t - u - reserved for t, u in zip(total, taken, strict=True)]
-            out.append(_peer(s, "DCGM_FI_DEV_FB_FREE", MIB, labels, ("uuid",), free))
-            out.append(_peer(s, "DCGM_FI_DEV_FB_RESERVED", MIB, labels, ("uuid",),
-                             [None if t is None else reserved for t in total]))
-    return out
-
-
 def dcgm_as_ours(expr: str) -> str:
     """A dcgm-exporter expression with our GPU labels: ``uuid`` from its ``UUID``, its other labels dropped."""
     return (f"max without ({', '.join(DCGM_ONLY_LABELS)}) (\n  label_replace(\n    "
@@ -157,6 +86,8 @@ class Unreadable(ValueError):
         self.names = names
 
 
+# A twin that is one series of the peer's (not an expression over them): it takes matchers and a range.
+PEER_SERIES = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # A selector of one of our raw series, with its matchers; ``[`` after it makes it a range.
 OUR_SELECTOR = re.compile(r'\b(bottleneck_[a-z0-9_]+)(?:\{((?:"(?:[^"\\]|\\.)*"|[^}"])*)\})?(\[)?')
 MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
@@ -186,35 +117,26 @@ def _peer_selector(name: str, matchers: str, ranged: bool, table: Mapping[str, t
     return f"({selector} * {twin.scale!r})"
 
 
-def _dcgm_beside_ours(series: Sequence[Series]) -> list[Series]:
-    return _dcgm(series) + [s for s in series if gpu_unique(_name(s))]
-
-
-def _ours(series: Sequence[Series]) -> list[Series]:
-    return list(series)
-
-
 def _origin(*origins: str) -> Callable[[str, str], bool]:
     return lambda origin, metric: origin in origins
 
 
 SOURCES: dict[str, dict[str, Source]] = {
     TRAINING: {OURS: Source(OURS, TRAINING, "bottleneck-exporter (push receiver, training collector)",
-                            _origin(OURS), _ours)},
+                            _origin(OURS))},
     HOST: {
         OURS: Source(OURS, HOST, "bottleneck-exporter's host collectors (cpu, memory, pressure, disk, network)",
-                     _origin(OURS), _ours),
-        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _origin(NODE_EXPORTER),
-                              _node_exporter),
+                     _origin(OURS)),
+        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _origin(NODE_EXPORTER)),
     },
     GPU: {
-        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _origin(OURS), _ours),
+        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _origin(OURS)),
         DCGM_BESIDE_OURS: Source(
             DCGM_BESIDE_OURS, GPU, "dcgm-exporter (default counters) beside bottleneck-exporter's gpu collector "
             "with --collector.gpu.only-unique (the preset beside-node-exporter-and-dcgm)",
-            lambda origin, metric: origin == DCGM or (origin == OURS and gpu_unique(metric)), _dcgm_beside_ours),
+            lambda origin, metric: origin == DCGM or (origin == OURS and gpu_unique(metric))),
         DCGM: Source(DCGM, GPU, "dcgm-exporter (default counters), bottleneck-exporter's gpu collector off",
-                     _origin(DCGM), _dcgm),
+                     _origin(DCGM)),
     },
 }
 
@@ -283,12 +205,6 @@ class Bundle:
             raise Unreadable(lacking)
         return dcgm_as_ours(text) if peers_gpu else text
 
-    def translate(self, series: Sequence[Series]) -> list[Series]:
-        """Our series (every family) → what Prometheus holds when this bundle's sources export them."""
-        out: list[Series] = []
-        for family, source in self.sources.items():
-            out += SOURCES[family][source].translate(_of_family(series, family))
-        return out
 
 
 DEFAULT_BUNDLE = "bottleneck"
