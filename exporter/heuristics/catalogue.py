@@ -47,6 +47,8 @@ from bottleneck_exporter.heuristics.promql import (
     Selector,
     parse,
     parse_duration,
+    transform,
+    unparse,
 )
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, Unreadable
 
@@ -278,18 +280,13 @@ def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = 
     chosen, missing, _ = choose_signals(bundle, defaults)
     params = {**defaults, "rate_window": window}
     if key in SIGNALS:
-        try:
-            expr = BUNDLES[bundle].rewrite(SIGNALS[key].expr)
-        except Unreadable as err:
-            raise MissingSignal(f"bundle {bundle} has no signal {key!r} (needs {err})", err.names) from None
+        expr = SIGNALS[key].expr
         lacking = set().union(*(missing[k] for k in RECORD_REF.findall(expr) if k in missing))
         if lacking:
             raise MissingSignal(f"bundle {bundle} has no signal {key!r} (needs {', '.join(sorted(lacking))})",
                                 lacking)
-        reads = [expr, *(chosen[k] for k in _closure(expr, chosen))]
     elif key in chosen:
         expr = chosen[key]
-        reads = [chosen[k] for k in [key, *_closure(expr, chosen)]]
     else:
         lacking = missing.get(key, set())
         if key not in RECORDS:
@@ -297,11 +294,26 @@ def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = 
         raise MissingSignal(f"bundle {bundle} has no signal {key!r}" + (
             f" (needs {', '.join(sorted(lacking))})" if lacking else ""), lacking)
     text = _with_records(_fill(expr, params), {}, True, params, chosen)
-    names = set().union(*(series_read(e, defaults) for e in reads))
-    for name in sorted(names, key=len, reverse=True):
-        text = re.sub(rf"\b{name}\{{", f"{name}{{{matchers}, ", text)
-        text = re.sub(rf"\b{name}\b(?![{{\w])", f"{name}{{{matchers}}}", text)
-    return " ".join(text.split())
+    if key in SIGNALS:  # written over our series: the bundle reads it from its sources (records are already theirs)
+        try:
+            text = BUNDLES[bundle].rewrite(text)
+        except Unreadable as err:
+            raise MissingSignal(f"bundle {bundle} has no signal {key!r} (needs {err})", err.names) from None
+    narrowing = parse("{" + matchers + "}")
+    if not isinstance(narrowing, Selector):
+        raise CatalogueError(f"matchers {matchers!r}: not the matchers of a selector")
+
+    def narrowed(node: Node) -> Node | None:
+        """A selector of a raw series with the dashboard's matchers first."""
+        if not isinstance(node, Selector):
+            return None
+        name = next((m for m in node.matchers if m.name == "__name__" and m.op == "="), None)
+        if name is None:
+            return None
+        rest = tuple(m for m in node.matchers if m is not name)
+        return Selector((name, *narrowing.matchers, *rest), node.range_seconds, node.range_variable)
+
+    return " ".join(unparse(transform(parse(text), narrowed)).split())
 
 
 def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None,
