@@ -157,3 +157,15 @@ def test_bundle_rewrite_refuses_what_no_twin_can_stand_for() -> None:
         == 'rate(node_pressure_io_stalled_seconds_total{x=~"a,b"}[5m])'
     assert dcgm.rewrite("bottleneck_gpu_utilization_ratio > 0.5").startswith("max without (UUID")
     assert node_exporter.rewrite("bottleneck_train_steps_total") == "bottleneck_train_steps_total"
+
+
+def test_a_bundle_rewrite_replaces_our_selectors_and_keeps_the_rest_as_written() -> None:
+    """The rewrite walks the parsed expression: a peer's twin replaces each of our selectors (an expression twin in
+    parentheses, a scaled one times its scale), the rest keeps its spacing, and a recording rule whose name
+    contains one of our series' names is no selector of it."""
+    node_exporter, dcgm = BUNDLES["node-exporter"], BUNDLES["node-exporter-dcgm-only"]
+    expr = 'sum by (instance) (\n  rate(bottleneck_cpu_seconds_total{mode="idle"}[5m])\n) / bottleneck_cpus'
+    assert node_exporter.rewrite(expr) == ('sum by (instance) (\n  rate(node_cpu_seconds_total{mode="idle"}[5m])\n)'
+                                           ' / (count without (cpu, mode) (node_cpu_seconds_total{mode="idle"}))')
+    assert node_exporter.rewrite("instance:bottleneck_cpus:count > 2") == "instance:bottleneck_cpus:count > 2"
+    assert "(DCGM_FI_DEV_GPU_UTIL * 0.01) > 0.5" in dcgm.rewrite("bottleneck_gpu_utilization_ratio > 0.5")

@@ -21,12 +21,14 @@ need our gpu collector (``--collector.gpu.only-unique`` beside dcgm-exporter).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping
 
 from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
 from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE, Twin
 from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
+from bottleneck_exporter.heuristics.promql import Binary, Matcher, Node, Number, Selector, parse, transform, unparse
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
@@ -86,35 +88,40 @@ class Unreadable(ValueError):
         self.names = names
 
 
-# A twin that is one series of the peer's (not an expression over them): it takes matchers and a range.
-PEER_SERIES = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-# A selector of one of our raw series, with its matchers; ``[`` after it makes it a range.
-OUR_SELECTOR = re.compile(r'\b(bottleneck_[a-z0-9_]+)(?:\{((?:"(?:[^"\\]|\\.)*"|[^}"])*)\})?(\[)?')
-MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
+@functools.cache
+def is_series(promql: str) -> bool:
+    """Whether a twin's PromQL is one plain series of the peer's (not an expression over its series, not a number):
+    only such a twin takes matchers and a range in place of our selector."""
+    node = parse(promql)
+    return isinstance(node, Selector) and len(node.matchers) == 1 and node.range_seconds is None
 
 
-def _peer_selector(name: str, matchers: str, ranged: bool, table: Mapping[str, tuple[Twin, ...]]) -> str:
-    """Our selector ``name{matchers}`` as the peer's series, from its twin in ``table``; Unreadable when no twin
-    carries it as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
-    parts = list(MATCHER.finditer(matchers))
-    if "".join(m.group(0) for m in parts) != matchers:
-        raise ValueError(f"selector {name}{{{matchers}}}: matchers not understood")
-    pinned = {m.group(1): m.group(3)[1:-1] for m in parts if m.group(2) == "="}
+def _name(selector: Selector) -> str | None:
+    return next((m.value for m in selector.matchers if m.name == "__name__" and m.op == "="), None)
+
+
+def _peer_selector(selector: Selector, name: str, table: Mapping[str, tuple[Twin, ...]]) -> Node:
+    """Our selector of ``name`` as the peer's series, from its twin in ``table``; Unreadable when no twin carries it
+    as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
+    matchers = [m for m in selector.matchers if m.name != "__name__"]
+    pinned = {m.name: m.value for m in matchers if m.op == "="}
     twins = [t for t in table.get(name, ()) if all(pinned.get(k) == v for k, v in t.match.items())]
     if len(twins) != 1:
         raise Unreadable({name})
     twin = twins[0]
-    rest = ", ".join("".join(m.group(1, 2, 3)) for m in parts if m.group(1) not in twin.match)
-    if not PEER_SERIES.fullmatch(twin.series):
+    rest = tuple(m for m in matchers if m.name not in twin.match)
+    ranged = selector.range_seconds is not None or bool(selector.range_variable)
+    if not is_series(twin.series):
         if rest or ranged:
             raise Unreadable({name})
-        return f"({twin.series})"
-    selector = twin.series + (f"{{{rest}}}" if rest else "")
+        # Printed as the twin table writes it, where an operand stood: in parentheses, whatever its operators.
+        return parse(f"({twin.series})")
+    peer = Selector((Matcher("__name__", "=", twin.series), *rest), selector.range_seconds, selector.range_variable)
     if twin.scale == 1:
-        return selector
+        return peer
     if ranged:
         raise Unreadable({name})
-    return f"({selector} * {twin.scale!r})"
+    return Binary("*", peer, Number(twin.scale))
 
 
 def _origin(*origins: str) -> Callable[[str, str], bool]:
@@ -171,7 +178,7 @@ class Bundle:
         if self.provides(name):
             return name
         family = (family_of(name) or ("", ""))[0]
-        return next((t.series for t in self._twins(family).get(name, ()) if PEER_SERIES.fullmatch(t.series)), None)
+        return next((t.series for t in self._twins(family).get(name, ()) if is_series(t.series)), None)
 
     def rewrite(self, expr: str) -> str:
         """``expr``, written over our series, as this bundle reads it: each of our series its sources lack
@@ -182,29 +189,32 @@ class Bundle:
         ours_gpu: set[str] = set()  # our GPU series read as ours
         peers_gpu: set[str] = set()  # our GPU series read as dcgm-exporter's
 
-        def one(match: re.Match[str]) -> str:
-            name, matchers, ranged = match.group(1), match.group(2) or "", match.group(3) or ""
+        def one(node: Node) -> Node | None:
+            if not isinstance(node, Selector):
+                return None
+            name = _name(node)
+            if name is None or not name.startswith("bottleneck_"):
+                return None
             family = (family_of(name) or ("", ""))[0]
             if self.provides(name):
                 if family == GPU:
                     ours_gpu.add(name)
-                return match.group(0)
+                return None
             try:
-                peer = _peer_selector(name, matchers, bool(ranged), self._twins(family))
+                peer = _peer_selector(node, name, self._twins(family))
             except Unreadable:
                 lacking.add(name)
-                return match.group(0)
+                return None
             if family == GPU:
                 peers_gpu.add(name)
-            return peer + ranged
+            return peer
 
-        text = OUR_SELECTOR.sub(one, expr)
+        text = unparse(transform(parse(expr), one))
         if ours_gpu and peers_gpu:
             lacking |= peers_gpu
         if lacking:
             raise Unreadable(lacking)
         return dcgm_as_ours(text) if peers_gpu else text
-
 
 
 DEFAULT_BUNDLE = "bottleneck"

@@ -25,10 +25,10 @@ from bottleneck_exporter.heuristics.sources import (
     NODE_EXPORTER_TWINS,
     OURS,
     PEER_JOB,
-    PEER_SERIES,
     Bundle,
     family_of,
     gpu_unique,
+    is_series,
 )
 
 MIB = 2**20
@@ -56,7 +56,7 @@ def _twins(s: Series, table: Mapping[str, tuple[Twin, ...]], labels: Mapping[str
     peer's own, not expressions over them, and whose ``match`` selects ``s``."""
     ours = dict(s.labels)
     return [_peer(s, twin.series, twin.scale, labels, (*drop, *twin.match)) for twin in table.get(ours["__name__"], ())
-            if PEER_SERIES.fullmatch(twin.series) and all(ours.get(k) == v for k, v in twin.match.items())]
+            if is_series(twin.series) and all(ours.get(k) == v for k, v in twin.match.items())]
 
 
 def _node_exporter(series: Sequence[Series]) -> list[Series]:
