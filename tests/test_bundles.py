@@ -19,8 +19,10 @@ from bottleneck_exporter import diagnose
 from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
-from bottleneck_exporter.heuristics.replay import ScenarioError, replay, scrape_job
-from bottleneck_exporter.heuristics.scenarios import FIRES, SCENARIOS, Series
+from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.replay import ScenarioError, replay, scrape_job
+from bottleneck_exporter.heuristics.scenarios.series import Series
+from bottleneck_exporter.heuristics.scenarios.table import FIRES
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, GPU, HOST, OURS, family_of, gpu_unique
 from tests.conftest import DCGM_FIXTURE, ROOT, require_tool
 from tests.promstack import Process
@@ -96,7 +98,7 @@ def test_committed_bundle_tests_expect_the_scrape_job_of_the_exporter_whose_seri
 
 
 def test_a_scenario_expecting_the_wrong_scrape_job_fails_its_replay(monkeypatch: pytest.MonkeyPatch) -> None:
-    import bottleneck_exporter.heuristics.replay as replay_module
+    import bottleneck_exporter.heuristics.scenarios.replay as replay_module
 
     catalogue = resolve(bundle="node-exporter")
     scenario = next(s for s in SCENARIOS if s.alert == "NetworkBound" and s.kind == FIRES)

@@ -192,6 +192,41 @@ def test_no_import_cycle_between_cli_diagnose_parts_and_status() -> None:
     assert not tangled, tangled
 
 
+def test_no_import_cycle_in_the_heuristics_package() -> None:
+    graph = _graph()
+    heuristics = f"{PACKAGE}.heuristics"
+    assert f"{heuristics}.areas" in graph[f"{heuristics}.catalogue"] \
+        and f"{heuristics}.catalogue" in graph[f"{heuristics}.scenarios.table"], \
+        "the graph lost the edges it should see: the check would prove nothing"
+    tangled = [c for c in _cycles(graph) if any(m == heuristics or m.startswith(f"{heuristics}.") for m in c)]
+    assert not tangled, tangled
+
+
+def _reachable(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    found, todo = set(), list(roots)
+    while todo:
+        module = todo.pop()
+        if module not in found:
+            found.add(module)
+            todo.extend(graph[module])
+    return found
+
+
+# The daemon's entry points: the command line, the status page and diagnose.
+DAEMON_ROOTS = tuple(f"{PACKAGE}.{m}" for m in ("cli", "status", "diagnose"))
+TEST_DATA = (f"{PACKAGE}.heuristics.scenarios", f"{PACKAGE}.heuristics.generate")
+
+
+def test_the_daemon_never_imports_the_scenario_table() -> None:
+    """The scenario table is test data; the daemon reached it through catalogue -> sources -> scenarios. Neither
+    an import the daemon runs nor one inside a function it may call leads there."""
+    assert not {m for m in _reachable(_graph(), set(DAEMON_ROOTS))
+                if any(m == d or m.startswith(f"{d}.") for d in TEST_DATA)}
+    loaded = _loaded_after("import " + ", ".join(DAEMON_ROOTS))
+    assert f"{PACKAGE}.heuristics.catalogue" in loaded, "the catalogue was not imported: the check would prove nothing"
+    assert not _daemon_modules(loaded, TEST_DATA)
+
+
 def _loaded_after(statement: str) -> set[str]:
     code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -18,21 +18,11 @@ import pytest
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics import promql
 from bottleneck_exporter.heuristics.catalogue import resolve
-from bottleneck_exporter.heuristics.replay import replay
-from bottleneck_exporter.heuristics.scenarios import (
-    FIRES,
-    NEAR_MISS,
-    NOT_YET,
-    SCENARIOS,
-    Scenario,
-    Series,
-    Timeline,
-    gpu,
-    node,
-    process,
-    rank,
-    store_of,
-)
+from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.builders import gpu, node, process, rank
+from bottleneck_exporter.heuristics.scenarios.replay import replay
+from bottleneck_exporter.heuristics.scenarios.series import Series, Timeline, store_of
+from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET, Scenario
 from bottleneck_exporter.verdicts import evaluation, prometheus
 from tests.conftest import ROOT, free_port, require_tool, wait_until
 from tests.promstack import Prometheus

@@ -18,7 +18,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, TensorDataset
 
-from bottleneck_exporter.heuristics.catalogue import PARAMETERS
+from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer

@@ -1,11 +1,12 @@
 """The generated rules: current with the catalogue, accepted by promtool, and tested by the scenario table.
 
-``promtool test rules`` runs the files rendered from exporter/heuristics/scenarios.py; the Python side of the
+``promtool test rules`` runs the files rendered from exporter/heuristics/scenarios/; the Python side of the
 same table is in test_diagnose.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import json
@@ -18,8 +19,11 @@ import yaml
 
 from bottleneck_exporter.heuristics import catalogue as cat
 from bottleneck_exporter.heuristics import generate
+from bottleneck_exporter.heuristics.model import PARAM, CatalogueError
+from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.heuristics.promql import parse
-from bottleneck_exporter.heuristics.scenarios import FIRES, NEAR_MISS, NOT_YET, SCENARIOS
+from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
 from tests.conftest import ROOT, require_tool
@@ -31,6 +35,16 @@ RULE_FILES = [ROOT / generate.RECORDING_RULES, ROOT / generate.ALERT_RULES]
 
 def test_catalogue_is_consistent() -> None:
     cat.validate()
+
+
+def test_a_verdict_written_in_another_area_s_module_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An area's module holds its alert group's verdicts only: the rule files group the alerts by area."""
+    training, node, *rest = cat.AREAS
+    stray = next(h for h in node.heuristics if h.name == "Swapping")
+    monkeypatch.setattr(cat, "AREAS", (dataclasses.replace(training, heuristics=(*training.heuristics, stray)), node,
+                                       *rest))
+    with pytest.raises(CatalogueError, match="heuristic Swapping of area training: group 'node'"):
+        cat.validate()
 
 
 def test_committed_files_match_what_the_generator_writes() -> None:
@@ -113,7 +127,7 @@ def test_alert_rules_follow_the_conventions() -> None:
 def test_no_parameter_is_left_unfilled_in_a_generated_file() -> None:
     """Regression: the runbook printed the meaning and evidence texts raw (`up{job="${exporter_job}"}`)."""
     for path, text in OUTPUTS().items():
-        assert not cat.PARAM.search(text), f"{path}: {cat.PARAM.search(text)}"
+        assert not PARAM.search(text), f"{path}: {PARAM.search(text)}"
 
 
 def test_recording_rules_are_named_level_metric_operation() -> None:
@@ -124,16 +138,16 @@ def test_recording_rules_are_named_level_metric_operation() -> None:
 
 
 def test_every_parameter_is_read_by_some_rule() -> None:
-    used = {name for h in cat.HEURISTICS for name in h.parameters} | {"runbook_base_url"}
-    assert set(cat.PARAMETERS) == used
+    used = {name for h in cat.HEURISTICS for name in cat.parameters_read(h)} | {"runbook_base_url"}
+    assert set(PARAMETERS) == used
 
 
 def test_a_bad_parameter_override_names_the_key() -> None:
-    with pytest.raises(cat.CatalogueError, match="data_wait_ratio: expected a number"):
+    with pytest.raises(CatalogueError, match="data_wait_ratio: expected a number"):
         cat.resolve({"data_wait_ratio": "half"})
-    with pytest.raises(cat.CatalogueError, match="unknown parameter 'data_wait'"):
+    with pytest.raises(CatalogueError, match="unknown parameter 'data_wait'"):
         cat.resolve({"data_wait": 0.5})
-    with pytest.raises(cat.CatalogueError, match="rate_window: expected a duration"):
+    with pytest.raises(CatalogueError, match="rate_window: expected a duration"):
         cat.resolve({"rate_window": "5 minutes"})
     assert generate.main(["--check", "--set", "nonsense"]) == 2
 

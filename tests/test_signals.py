@@ -14,8 +14,10 @@ from bottleneck_exporter.dashboards import node
 from bottleneck_exporter.dashboards.verdict_catalogue import verdicts
 from bottleneck_exporter.heuristics import catalogue, generate
 from bottleneck_exporter.heuristics.catalogue import RECORDS, SIGNALS, resolve, signal
-from bottleneck_exporter.heuristics.scenarios import Timeline, process, store_of
-from bottleneck_exporter.heuristics.scenarios import node as node_series
+from bottleneck_exporter.heuristics.model import CatalogueError, MissingSignal
+from bottleneck_exporter.heuristics.scenarios.builders import node as node_series
+from bottleneck_exporter.heuristics.scenarios.builders import process
+from bottleneck_exporter.heuristics.scenarios.series import Timeline, store_of
 from bottleneck_exporter.heuristics.sources import BUNDLES, Unreadable
 from bottleneck_exporter.verdicts.evaluation import findings_at
 from tests.conftest import ROOT
@@ -92,12 +94,12 @@ def test_dashboards_draw_the_bundles_signal_with_rate_interval_and_their_own_mat
     assert signal("cpu_busy", node.N) in drawn
     assert "[$__rate_interval]" in drawn[1] and 'bottleneck_cpu_seconds_total{instance=~"$instance", mode' in drawn[1]
     assert "node_cpu_seconds_total" in signal("cpu_busy", node.N, "node-exporter")
-    with pytest.raises(catalogue.CatalogueError, match="bundle node-exporter-dcgm-only has no signal 'pcie'"):
+    with pytest.raises(CatalogueError, match="bundle node-exporter-dcgm-only has no signal 'pcie'"):
         signal("pcie", node.N, "node-exporter-dcgm-only")
-    with pytest.raises(catalogue.MissingSignal, match="needs bottleneck_gpu_utilization_samples_bucket") as missing:
+    with pytest.raises(MissingSignal, match="needs bottleneck_gpu_utilization_samples_bucket") as missing:
         signal("gpu_util_samples", node.G, "node-exporter-dcgm-only")
     assert missing.value.names == {"bottleneck_gpu_utilization_samples_bucket"}
-    with pytest.raises(catalogue.CatalogueError, match="no signal 'cpu_bsy'; known: "):
+    with pytest.raises(CatalogueError, match="no signal 'cpu_bsy'; known: "):
         signal("cpu_bsy", node.N)
 
 
@@ -112,7 +114,7 @@ def test_a_dashboard_signal_reads_each_bundles_sources_through_the_twin_tables()
     # Beside dcgm-exporter our gpu collector keeps what dcgm-exporter lacks: the power limit stays ours.
     assert signal("gpu_power_limit", node.G, "node-exporter-dcgm") == f"bottleneck_gpu_power_limit_watts{{{node.G}}}"
     # A ratio of dcgm-exporter's clock to our maximum would match no series one to one: not drawn.
-    with pytest.raises(catalogue.MissingSignal):
+    with pytest.raises(MissingSignal):
         signal("gpu_sm_clock_of_max", node.G, "node-exporter-dcgm")
 
 
@@ -131,7 +133,7 @@ def test_a_heuristic_that_compares_a_record_its_expression_does_not_read_is_refu
     index = next(i for i, h in enumerate(heuristics) if h.name == "Swapping")
     heuristics[index] = dataclasses.replace(heuristics[index], compares=("cpu_busy",))
     monkeypatch.setattr(catalogue, "HEURISTICS", tuple(heuristics))
-    with pytest.raises(catalogue.CatalogueError, match="heuristic Swapping: compares <<cpu_busy>>"):
+    with pytest.raises(CatalogueError, match="heuristic Swapping: compares <<cpu_busy>>"):
         catalogue.validate()
 
 
@@ -155,3 +157,15 @@ def test_bundle_rewrite_refuses_what_no_twin_can_stand_for() -> None:
         == 'rate(node_pressure_io_stalled_seconds_total{x=~"a,b"}[5m])'
     assert dcgm.rewrite("bottleneck_gpu_utilization_ratio > 0.5").startswith("max without (UUID")
     assert node_exporter.rewrite("bottleneck_train_steps_total") == "bottleneck_train_steps_total"
+
+
+def test_a_bundle_rewrite_replaces_our_selectors_and_keeps_the_rest_as_written() -> None:
+    """The rewrite walks the parsed expression: a peer's twin replaces each of our selectors (an expression twin in
+    parentheses, a scaled one times its scale), the rest keeps its spacing, and a recording rule whose name
+    contains one of our series' names is no selector of it."""
+    node_exporter, dcgm = BUNDLES["node-exporter"], BUNDLES["node-exporter-dcgm-only"]
+    expr = 'sum by (instance) (\n  rate(bottleneck_cpu_seconds_total{mode="idle"}[5m])\n) / bottleneck_cpus'
+    assert node_exporter.rewrite(expr) == ('sum by (instance) (\n  rate(node_cpu_seconds_total{mode="idle"}[5m])\n)'
+                                           ' / (count without (cpu, mode) (node_cpu_seconds_total{mode="idle"}))')
+    assert node_exporter.rewrite("instance:bottleneck_cpus:count > 2") == "instance:bottleneck_cpus:count > 2"
+    assert "(DCGM_FI_DEV_GPU_UTIL * 0.01) > 0.5" in dcgm.rewrite("bottleneck_gpu_utilization_ratio > 0.5")

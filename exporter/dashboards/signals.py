@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bottleneck_exporter.dashboards.panels import Panel, Query, text
-from bottleneck_exporter.heuristics.catalogue import MissingSignal, signal
+from bottleneck_exporter.heuristics.catalogue import signal
+from bottleneck_exporter.heuristics.model import MissingSignal
 from bottleneck_exporter.heuristics.sources import (
     BUNDLES,
     DCGM_BESIDE_OURS,

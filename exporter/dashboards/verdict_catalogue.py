@@ -17,7 +17,8 @@ import functools
 
 from bottleneck_exporter.dashboards.panels import Panel, Query, table, with_value_text
 from bottleneck_exporter.dashboards.thresholds import catalogue
-from bottleneck_exporter.heuristics.catalogue import HEURISTICS, Heuristic
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS
+from bottleneck_exporter.heuristics.model import Heuristic
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 SEVERITY_COLORS = {"info": "blue", "warning": "orange", "critical": "red"}

@@ -1,58 +1,66 @@
 """Bottleneck heuristics: the catalogue of verdicts and everything generated from it.
 
-``catalogue`` holds every verdict once (PromQL, thresholds, advice); ``generate`` writes the Prometheus
-rules, the runbook and the promtool tests from it; ``scenarios`` is the table of input series and
-expected verdicts that tests both the rules (through promtool) and ``promql`` (the Python evaluator
-``diagnose`` uses without a Prometheus).
+Grouped by where the code runs. The daemon (``diagnose``, the status page) reads the catalogue: ``model`` (what a
+verdict, a recording rule, a parameter is), ``parameters`` (every threshold), ``areas/`` (the verdicts, one
+module per alert group: training, node, gpu, exporter), ``catalogue`` (the areas assembled, resolved into
+concrete rules for a bundle), ``sources`` (which exporters a bundle reads), ``promql`` (the evaluator and its
+printer) and ``gotemplate``. At build time ``generate`` writes the rules, the runbook and the promtool tests,
+from the catalogue and from ``scenarios/`` (the scenario table, one module per area, replayed through the
+evaluator): test data, which the daemon never imports.
 
-The names other packages use are exported here, so that they do not depend on which module of this package
-defines each one.
+The names other modules use are importable from here::
+
+    from bottleneck_exporter.heuristics import BUNDLES, CatalogueError, resolve
 """
+
+from __future__ import annotations
 
 from bottleneck_exporter.heuristics.catalogue import (
     HEURISTICS,
-    PARAMETERS,
-    SEVERITIES,
+    RECORDS,
+    SIGNALS,
     AlertRule,
     Catalogue,
-    CatalogueError,
     RecordingRule,
-    parse_parameter,
-    parse_sets,
     resolve,
     selector_names,
     series_read,
     signal,
+    validate,
 )
+from bottleneck_exporter.heuristics.model import (
+    GROUPS,
+    PREFIX,
+    SEVERITIES,
+    CatalogueError,
+    Heuristic,
+    MissingSignal,
+    Parameter,
+    Record,
+    Signal,
+    Tier,
+)
+from bottleneck_exporter.heuristics.parameters import PARAMETERS, format_value, parse_parameter, parse_sets
 from bottleneck_exporter.heuristics.sources import (
     BUNDLES,
     DCGM,
+    DCGM_BESIDE_OURS,
     DCGM_TWINS,
     DEFAULT_BUNDLE,
     NODE_EXPORTER,
     NODE_EXPORTER_TWINS,
+    OURS,
+    PEER_JOB,
+    SOURCES,
+    Bundle,
     Unreadable,
+    family_of,
 )
 
 __all__ = [
-    "BUNDLES",
-    "DCGM",
-    "DCGM_TWINS",
-    "DEFAULT_BUNDLE",
-    "HEURISTICS",
-    "NODE_EXPORTER",
-    "NODE_EXPORTER_TWINS",
-    "PARAMETERS",
-    "SEVERITIES",
-    "AlertRule",
-    "Catalogue",
-    "CatalogueError",
-    "RecordingRule",
-    "Unreadable",
-    "parse_parameter",
-    "parse_sets",
-    "resolve",
-    "selector_names",
-    "series_read",
-    "signal",
+    "BUNDLES", "DCGM", "DCGM_BESIDE_OURS", "DCGM_TWINS", "DEFAULT_BUNDLE", "GROUPS", "HEURISTICS", "NODE_EXPORTER",
+    "NODE_EXPORTER_TWINS", "OURS", "PARAMETERS", "PEER_JOB", "PREFIX", "RECORDS", "SEVERITIES", "SIGNALS", "SOURCES",
+    "AlertRule", "Bundle", "Catalogue", "CatalogueError", "Heuristic", "MissingSignal", "Parameter", "Record",
+    "RecordingRule", "Signal", "Tier", "Unreadable", "family_of", "format_value", "parse_parameter", "parse_sets",
+    "resolve", "selector_names", "series_read", "signal", "validate",
 ]

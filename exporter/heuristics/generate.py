@@ -29,22 +29,12 @@ from typing import Any
 
 import yaml
 
-from bottleneck_exporter.heuristics import gotemplate
-from bottleneck_exporter.heuristics.catalogue import (
-    GROUPS,
-    HEURISTICS,
-    PARAMETERS,
-    PREFIX,
-    AlertRule,
-    Catalogue,
-    CatalogueError,
-    format_value,
-    parse_sets,
-    resolve,
-    validate,
-)
-from bottleneck_exporter.heuristics.replay import Instance, Outcome, replay
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS, AlertRule, Catalogue, resolve, validate
+from bottleneck_exporter.heuristics.gotemplate import render
+from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, CatalogueError
+from bottleneck_exporter.heuristics.parameters import PARAMETERS, format_value, parse_sets
 from bottleneck_exporter.heuristics.scenarios import SCENARIOS
+from bottleneck_exporter.heuristics.scenarios.replay import Instance, Outcome, replay
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, FAMILIES, FAMILY_WORDS, SOURCES, family_of
 
 COMMAND = "python -m bottleneck_exporter.heuristics.generate"
@@ -144,8 +134,8 @@ def rule_test_path(heuristic_name: str) -> str:
 def _expected(rule: AlertRule, instance: Instance) -> dict[str, Any]:
     labels = instance.label_dict
     annotations = dict(rule.annotations)
-    annotations["summary"] = gotemplate.render(rule.summary, labels, instance.value)
-    annotations["description"] = gotemplate.render(rule.description, labels, instance.value)
+    annotations["summary"] = render(rule.summary, labels, instance.value)
+    annotations["description"] = render(rule.description, labels, instance.value)
     return {"exp_labels": {**labels, "severity": rule.severity}, "exp_annotations": annotations}
 
 
@@ -160,7 +150,7 @@ def rule_test_document(rule_files: Sequence[str], tests: list[dict[str, Any]], i
         "evaluation_interval": "1m",
         "tests": tests,
     }
-    return header("exporter/heuristics/scenarios.py") + intro + dump(doc)
+    return header("exporter/heuristics/scenarios/") + intro + dump(doc)
 
 
 def rule_test_cases(catalogue: Catalogue, heuristic_name: str, outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:

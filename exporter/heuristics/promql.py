@@ -8,7 +8,16 @@ Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``i
 ``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``, ``absent``, ``vector``, ``label_replace``;
 ``sum avg min max count quantile``
 with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
-and ``group_left``. Anything else is a :class:`PromQLError` naming the construct.
+and ``group_left``. Anything else is a :class:`PromQLError` naming the construct. A range may be a
+dashboard's variable (``[$__rate_interval]``): such an expression parses, for Grafana to fill in, and evaluating
+it is an error.
+
+:func:`unparse` prints a tree back: what the parser read as it was written (its spacing, its parentheses),
+what a transform (:func:`transform`) put in its place in the canonical spelling. A rewrite (our selector → a
+peer's, a dashboard's matchers added to every selector) walks the tree, never the text::
+
+    >>> unparse(transform(parse("rate(up[5m]) > 0"), lambda n: Number(1) if isinstance(n, Call) else None))
+    '1 > 0'
 
     >>> store = SeriesStore()
     >>> store.add({"__name__": "up", "instance": "a"}, [(0, 1.0)])
@@ -23,6 +32,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 LOOKBACK_SECONDS = 300.0
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
@@ -93,11 +103,19 @@ class Matcher:
 class Selector:
     matchers: tuple[Matcher, ...]
     range_seconds: float | None = None
+    # A dashboard's variable in place of the range's duration ("$__rate_interval"): no range_seconds then.
+    range_variable: str = ""
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class Number:
     value: float
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +123,18 @@ class String:
     """A string literal: only as an argument of label_replace()."""
 
     value: str
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class Call:
     func: str
     args: tuple[Node, ...]
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +144,9 @@ class Aggregate:
     param: Node | None = None
     grouping: tuple[str, ...] = ()
     without: bool = False
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,19 +158,26 @@ class Binary:
     on: tuple[str, ...] | None = None
     ignoring: tuple[str, ...] = ()
     group_left: tuple[str, ...] | None = None
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class Negate:
     expr: Node
+    # What the parser read around the children (before the first, between two, after the last; a leaf: its whole
+    # text), for unparse(); None for a node built from parts. Not part of the node's value.
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 Node = Selector | Number | String | Call | Aggregate | Binary | Negate
+N = TypeVar("N", Selector, Number, String, Call, Aggregate, Binary, Negate)
 
 TOKEN = re.compile(
     r"""\s*(?:
       (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![a-zA-Z_:]))
-    | (?P<duration>\[\s*(?:\d+(?:ms|[smhdwy]))+\s*\])
+    | (?P<duration>\[\s*(?:(?:\d+(?:ms|[smhdwy]))+|\$\w+|\$\{\w+\})\s*\])
     | (?P<ident>[a-zA-Z_:][a-zA-Z0-9_:]*)
     | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
     | (?P<op>==|!=|>=|<=|=~|!~|[-+*/%^(){},=<>])
@@ -162,13 +196,16 @@ def parse_duration(text: str) -> float:
 
 class Parser:
     """Precedence climbing, lowest first: or; and unless; comparisons; + -; * / %; unary minus; ^ (Prometheus
-    gives a unary operator the precedence of *: -2 ^ 2 is -4)."""
+    gives a unary operator the precedence of *: -2 ^ 2 is -4).
+
+    Every node it builds keeps its ``layout``: the text between its children as written, so that
+    ``unparse(parse(text)) == text``."""
 
     LEVELS: tuple[tuple[str, ...], ...] = (("or",), ("and", "unless"), COMPARISONS, ("+", "-"), ("*", "/", "%"))
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.tokens: list[tuple[str, str]] = []
+        self.tokens: list[tuple[str, str, int, int]] = []  # kind, text, start and end offset
         pos = 0
         while pos < len(text):
             if text[pos:].strip() == "":
@@ -177,13 +214,15 @@ class Parser:
             if match is None:
                 raise PromQLError(f"unexpected character {text[pos:pos + 10]!r} at offset {pos}")
             kind = match.lastgroup or ""
-            self.tokens.append((kind, match.group(kind)))
+            self.tokens.append((kind, match.group(kind), match.start(kind), match.end(kind)))
             pos = match.end()
         self.pos = 0
+        # id of each node built → its text's (start, end) offsets, and the node itself so that its id stays its own
+        self.spans: dict[int, tuple[int, int, Node]] = {}
 
     def peek(self, offset: int = 0) -> tuple[str, str]:
         index = self.pos + offset
-        return self.tokens[index] if index < len(self.tokens) else ("end", "")
+        return self.tokens[index][:2] if index < len(self.tokens) else ("end", "")
 
     def take(self, value: str | None = None) -> tuple[str, str]:
         token = self.peek()
@@ -192,15 +231,38 @@ class Parser:
         self.pos += 1
         return token
 
+    def start(self) -> int:
+        """Offset of the next token: where the construct about to be parsed begins."""
+        return self.tokens[self.pos][2] if self.pos < len(self.tokens) else len(self.text)
+
+    def laid_out(self, node: N, start: int) -> N:
+        """``node``, whose text runs from ``start`` to the last token taken, with its layout."""
+        end = self.tokens[self.pos - 1][3]
+        gaps, at = [], start
+        for child in children(node):
+            child_start, child_end, _ = self.spans[id(child)]
+            gaps.append(self.text[at:child_start])
+            at = child_end
+        gaps.append(self.text[at:end])
+        built = dataclasses.replace(node, layout=tuple(gaps))
+        self.spans[id(built)] = (start, end, built)
+        return built
+
     def parse(self) -> Node:
         node = self.binary(0)
         if self.peek()[0] != "end":
             raise PromQLError(f"unexpected {self.peek()[1]!r} in {self.text!r}")
-        return node
+        # The root's layout takes in what surrounds it too: parentheses around the whole, spaces.
+        start, end, _ = self.spans[id(node)]
+        gaps = list(node.layout or ("",))
+        gaps[0] = self.text[:start] + gaps[0]
+        gaps[-1] += self.text[end:]
+        return dataclasses.replace(node, layout=tuple(gaps))
 
     def binary(self, level: int) -> Node:
         if level == len(self.LEVELS):
             return self.unary()
+        start = self.start()
         node = self.binary(level + 1)
         while self.peek()[1] in self.LEVELS[level]:
             op = self.take()[1]
@@ -223,20 +285,22 @@ class Parser:
                         raise PromQLError("group_right is not supported; swap the operands and use group_left")
                     group_left = self.label_list() if self.peek()[1] == "(" else ()
             rhs = self.binary(level + 1)
-            node = Binary(op, node, rhs, return_bool, on, ignoring, group_left)
+            node = self.laid_out(Binary(op, node, rhs, return_bool, on, ignoring, group_left), start)
         return node
 
     def power(self) -> Node:
+        start = self.start()
         node = self.primary()
         if self.peek()[1] == "^":
             self.take()
-            return Binary("^", node, self.unary())
+            return self.laid_out(Binary("^", node, self.unary()), start)
         return node
 
     def unary(self) -> Node:
+        start = self.start()
         if self.peek()[1] == "-":
             self.take()
-            return Negate(self.unary())
+            return self.laid_out(Negate(self.unary()), start)
         if self.peek()[1] == "+":
             self.take()
             return self.unary()
@@ -256,27 +320,28 @@ class Parser:
         return tuple(labels)
 
     def primary(self) -> Node:
+        start = self.start()
         kind, value = self.peek()
         if kind == "number":
             self.take()
-            return Number(float(value))
+            return self.laid_out(Number(float(value)), start)
         if kind == "string":
             self.take()
-            return String(unquote(value))
+            return self.laid_out(String(unquote(value)), start)
         if value == "(":
             self.take()
             node = self.binary(0)
             self.take(")")
             return node
         if kind == "ident" and value in AGGREGATIONS:
-            return self.aggregate()
+            return self.laid_out(self.aggregate(), start)
         if kind == "ident" and self.peek(1)[1] == "(":
-            return self.call()
+            return self.laid_out(self.call(), start)
         if kind == "ident" or value == "{":
-            return self.selector()
+            return self.laid_out(self.selector(), start)
         raise PromQLError(f"unexpected {value or 'end of expression'!r} in {self.text!r}")
 
-    def aggregate(self) -> Node:
+    def aggregate(self) -> Aggregate:
         op = self.take()[1]
         grouping: tuple[str, ...] = ()
         without = False
@@ -295,7 +360,7 @@ class Parser:
             grouping = self.label_list()
         return Aggregate(op, expr, param, grouping, without)
 
-    def call(self) -> Node:
+    def call(self) -> Call:
         func = self.take()[1]
         if func not in (*RANGE_FUNCTIONS, "time", "absent", "vector", "label_replace"):
             raise PromQLError(f"function {func}() is not supported by this evaluator")
@@ -317,12 +382,13 @@ class Parser:
         ):
             raise PromQLError("label_replace() takes a vector and four strings: dst, replacement, src, regex")
         if func in RANGE_FUNCTIONS and (
-            len(args) != 1 or not isinstance(args[0], Selector) or args[0].range_seconds is None
+            len(args) != 1 or not isinstance(args[0], Selector)
+            or (args[0].range_seconds is None and not args[0].range_variable)
         ):
             raise PromQLError(f"{func}() needs one range selector such as metric[5m]")
         return Call(func, tuple(args))
 
-    def selector(self) -> Node:
+    def selector(self) -> Selector:
         matchers: list[Matcher] = []
         if self.peek()[0] == "ident":
             matchers.append(Matcher("__name__", "=", self.take()[1]))
@@ -342,12 +408,16 @@ class Parser:
                 if self.peek()[1] == ",":
                     self.take()
             self.take("}")
-        range_seconds = None
+        range_seconds, variable = None, ""
         if self.peek()[0] == "duration":
-            range_seconds = parse_duration(self.take()[1].strip("[] "))
+            written = self.take()[1].strip("[] \t\n")
+            if written.startswith("$"):
+                variable = written
+            else:
+                range_seconds = parse_duration(written)
         if self.peek()[1] in ("offset", "@"):
             raise PromQLError("offset and @ modifiers are not supported by this evaluator")
-        return Selector(tuple(matchers), range_seconds)
+        return Selector(tuple(matchers), range_seconds, variable)
 
 
 def unquote(literal: str) -> str:
@@ -357,6 +427,137 @@ def unquote(literal: str) -> str:
 
 def parse(text: str) -> Node:
     return Parser(text).parse()
+
+
+# ---------------------------------------------------------------------------------------------- printing
+
+
+# Binding strength of the binary operators, for the parentheses a tree built from parts needs.
+PRECEDENCE = {"or": 1, "and": 2, "unless": 2, **dict.fromkeys(COMPARISONS, 3), "+": 4, "-": 4, "*": 5, "/": 5,
+              "%": 5, "^": 6}
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    """The sub-expressions of ``node``, in the order they are written."""
+    if isinstance(node, Binary):
+        return node.lhs, node.rhs
+    if isinstance(node, Aggregate):
+        return (node.expr,) if node.param is None else (node.param, node.expr)
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Negate):
+        return (node.expr,)
+    return ()
+
+
+def _with_children(node: Node, kids: tuple[Node, ...]) -> Node:
+    """``node`` over ``kids`` instead of its children (its layout kept: only its children changed)."""
+    if isinstance(node, Binary):
+        return dataclasses.replace(node, lhs=kids[0], rhs=kids[1])
+    if isinstance(node, Aggregate):
+        return dataclasses.replace(node, expr=kids[-1], param=kids[0] if node.param is not None else None)
+    if isinstance(node, Call):
+        return dataclasses.replace(node, args=kids)
+    if isinstance(node, Negate):
+        return dataclasses.replace(node, expr=kids[0])
+    return node
+
+
+def transform(node: Node, change: Callable[[Node], Node | None]) -> Node:
+    """``node`` with every sub-expression for which ``change`` returns a node replaced by it (top down: what
+    replaces a node is not walked again); None keeps a node, and its children are walked."""
+    replaced = change(node)
+    if replaced is not None:
+        return replaced
+    kids = children(node)
+    if not kids:
+        return node
+    walked = tuple(transform(kid, change) for kid in kids)
+    return node if all(a is b for a, b in zip(walked, kids, strict=True)) else _with_children(node, walked)
+
+
+def unparse(node: Node) -> str:
+    """PromQL text of ``node``. A parsed node is printed as it was written, its children printed in their places;
+    a node built from parts (a transform's) is spelled canonically, in parentheses where it stands in for an
+    operand of a parsed expression and is not an atom (the parsed text's precedence does not know it)."""
+    if node.layout is None:
+        return _canonical(node)
+    out = [node.layout[0]]
+    for kid, gap in zip(children(node), node.layout[1:], strict=True):
+        text = unparse(kid)
+        out += [f"({text})" if kid.layout is None and isinstance(kid, Binary | Negate) else text, gap]
+    return "".join(out)
+
+
+def quote(value: str) -> str:
+    """A label value or string argument as a PromQL double-quoted string."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def format_duration(seconds: float) -> str:
+    """300.0 → ``5m``; 90.0 → ``1m30s`` (Prometheus' spelling: the largest units first)."""
+    units = sorted(DURATION_UNITS.items(), key=lambda item: -item[1])
+    left, parts = round(seconds * 1000), []
+    for unit, size in units:
+        count, left = divmod(left, round(size * 1000))
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+def _number(value: float) -> str:
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _operand(node: Node, parent: str, right: bool) -> str:
+    """``node`` as an operand of ``parent``, in parentheses where it binds less tightly (or as tightly, on the
+    side the operator does not associate to: the right of all but ``^``, the left of ``^``)."""
+    text = unparse(node)
+    if isinstance(node, Binary):
+        inner, outer = PRECEDENCE[node.op], PRECEDENCE[parent]
+        if inner < outer or (inner == outer and right != (parent == "^")):
+            return f"({text})"
+    return text
+
+
+def _canonical(node: Node) -> str:
+    if isinstance(node, Selector):
+        name = next((m for m in node.matchers if m.name == "__name__" and m.op == "="), None)
+        rest = [m for m in node.matchers if m is not name]
+        text = name.value if name is not None else ""
+        if rest or name is None:
+            text += "{" + ", ".join(f"{m.name}{m.op}{quote(m.value)}" for m in rest) + "}"
+        if node.range_variable or node.range_seconds is not None:
+            text += f"[{node.range_variable or format_duration(node.range_seconds or 0.0)}]"
+        return text
+    if isinstance(node, Number):
+        return _number(node.value)
+    if isinstance(node, String):
+        return quote(node.value)
+    if isinstance(node, Call):
+        return f"{node.func}({', '.join(unparse(a) for a in node.args)})"
+    if isinstance(node, Aggregate):
+        grouping = f" {'without' if node.without else 'by'} ({', '.join(node.grouping)})" \
+            if node.grouping or node.without else ""
+        param = "" if node.param is None else unparse(node.param) + ", "
+        return f"{node.op}{grouping} ({param}{unparse(node.expr)})"
+    if isinstance(node, Negate):
+        inner = unparse(node.expr)
+        return f"-({inner})" if isinstance(node.expr, Binary) else f"-{inner}"
+    modifiers = " bool" if node.return_bool else ""
+    if node.on is not None:
+        modifiers += f" on ({', '.join(node.on)})"
+    elif node.ignoring:
+        modifiers += f" ignoring ({', '.join(node.ignoring)})"
+    if node.group_left is not None:
+        modifiers += f" group_left ({', '.join(node.group_left)})"
+    return f"{_operand(node.lhs, node.op, False)} {node.op}{modifiers} {_operand(node.rhs, node.op, True)}"
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
@@ -456,7 +657,7 @@ class Evaluator:
                 return -inner
             return [Sample(_without_name(s.labels), -s.value) for s in inner]
         if isinstance(node, Selector):
-            if node.range_seconds is not None:
+            if node.range_seconds is not None or node.range_variable:
                 raise PromQLError("a range selector needs a function such as rate() around it")
             return self.instant(node)
         if isinstance(node, Call):
@@ -491,7 +692,9 @@ class Evaluator:
         if node.func == "label_replace":
             return self.label_replace(node)
         selector = node.args[0]
-        assert isinstance(selector, Selector) and selector.range_seconds is not None
+        assert isinstance(selector, Selector)
+        if selector.range_seconds is None:
+            raise PromQLError(f"the range [{selector.range_variable}] is a dashboard's variable: fill it in first")
         start = self.at - selector.range_seconds
         out: Vector = []
         for labels, times, values in self._select(selector):

@@ -6,13 +6,11 @@ ours in every bundle: no other exporter has them). A *bundle* picks one source p
 writes one set of rule files per bundle. Every recording rule records to the same name whatever its source,
 so alerts, dashboards and ``diagnose`` read only recording rules.
 
-Each source also carries a *translator*: our own series of its family rewritten as that exporter would expose
-them (names, labels, units). The scenario table goes through it, so one table tests every bundle and the
-per-source PromQL in the catalogue is checked against the peer's real names, labels and units.
-
 Which peer series carries each of ours, and in which unit, is written once: the twin tables of
 ``exporter/collectors/coexistence.py``, held to the real node_exporter and to the recorded dcgm-exporter scrape
-(``tests/fixtures/dcgm-exporter/``) by tests/test_coexistence.py; the translators read them. dcgm-exporter's
+(``tests/fixtures/dcgm-exporter/``) by tests/test_coexistence.py. ``Bundle.rewrite`` reads them to draw a
+dashboard's signal from a bundle's sources; the scenario table's translators (``scenarios/translate.py``, test
+data: the daemon never imports them) read them to write our series as each peer exposes them. dcgm-exporter's
 label set: ``gpu``, ``UUID``, ``pci_bus_id``, ``device`` = ``nvidia<gpu>``, ``modelName``, ``hostname``
 (``Hostname`` before 4.x), ``DCGM_FI_DRIVER_VERSION``, and ``container``/``namespace``/``pod`` on Kubernetes.
 Its default counters have no clock-event reasons, no PCIe link generation/width, no per-code XID counter
@@ -23,16 +21,14 @@ need our gpu collector (``--collector.gpu.only-unique`` beside dcgm-exporter).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
 from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE, Twin
 from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
-
-if TYPE_CHECKING:
-    from bottleneck_exporter.heuristics.scenarios import Series
+from bottleneck_exporter.heuristics.promql import Binary, Matcher, Node, Number, Selector, parse, transform, unparse
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
@@ -46,7 +42,6 @@ PEER_JOB = {NODE_EXPORTER: {"job": "node-exporter"}, DCGM: {"job": "dcgm-exporte
 
 # Labels dcgm-exporter puts on every GPU series that ours do not have (older releases spell Hostname).
 DCGM_ONLY_LABELS = ("UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION")
-MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +50,6 @@ class Source:
     family: str  # the family of series it provides in a bundle
     what: str  # for the runbook: what to run
     provides: Callable[[str, str], bool]  # (origin, series name) → whether this source has it
-    translate: Callable[[Sequence[Series]], list[Series]]  # our series of this family → this source's
 
 
 def family_of(metric: str) -> tuple[str, str] | None:
@@ -80,69 +74,6 @@ def gpu_unique(metric: str) -> bool:
     return re.sub(r"_(bucket|count|sum)$", "", metric) in GPU_UNIQUE or metric in GPU_UNIQUE
 
 
-def _name(s: Series) -> str:
-    return dict(s.labels)["__name__"]
-
-
-def _of_family(series: Sequence[Series], family: str) -> list[Series]:
-    return [s for s in series if (family_of(_name(s)) or ("",))[0] == family]
-
-
-def _peer(s: Series, name: str, scale: float = 1.0, labels: Mapping[str, str] | None = None,
-          drop: Sequence[str] = (), track: Sequence[float | None] | None = None) -> Series:
-    """``s`` as the peer exposes it: renamed, in the peer's unit (ours = peer x ``scale``), labels changed."""
-    from bottleneck_exporter.heuristics.scenarios import series
-
-    kept = {k: v for k, v in s.labels if k != "__name__" and k not in drop}
-    values = s.track if track is None else track
-    return series(name, {**kept, **(labels or {})}, [None if v is None else v / scale for v in values])
-
-
-def _twins(s: Series, table: Mapping[str, tuple[Twin, ...]], labels: Mapping[str, str] | None = None,
-           drop: Sequence[str] = ()) -> list[Series]:
-    """Our series ``s`` as its twins in ``table`` (collectors/coexistence.py): the twins that are series of the
-    peer's own, not expressions over them, and whose ``match`` selects ``s``."""
-    ours = dict(s.labels)
-    return [_peer(s, twin.series, twin.scale, labels, (*drop, *twin.match)) for twin in table.get(ours["__name__"], ())
-            if PEER_SERIES.fullmatch(twin.series) and all(ours.get(k) == v for k, v in twin.match.items())]
-
-
-PEER_SERIES = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def _node_exporter(series: Sequence[Series]) -> list[Series]:
-    """node_exporter keeps our label names (cpu, mode, device); bottleneck_cpus is its counted CPUs."""
-    return [peer for s in series for peer in _twins(s, NODE_EXPORTER_TWINS, PEER_JOB[NODE_EXPORTER])]
-
-
-def _dcgm_labels(ours: Mapping[str, str]) -> dict[str, str]:
-    return {"UUID": ours["uuid"], "pci_bus_id": f"00000000:{0x1B + int(ours['gpu']):02X}:00.0",
-            "device": f"nvidia{ours['gpu']}", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gpu-node-1",
-            "DCGM_FI_DRIVER_VERSION": "590.48.01", **PEER_JOB[DCGM]}
-
-
-DCGM_RESERVED_MIB = 512.0  # the driver's reservation
-
-
-def _dcgm(series: Sequence[Series]) -> list[Series]:
-    """dcgm-exporter's default counters with its label set. Our memory total is its FB_USED + FB_FREE +
-    FB_RESERVED (the twin table's expression): the translator splits it, with a fixed reservation."""
-    out = []
-    used = {tuple(kv for kv in s.labels if kv[0] != "__name__"): s.track for s in series
-            if _name(s) == "bottleneck_gpu_memory_used_bytes"}
-    for s in series:
-        labels = _dcgm_labels(dict(s.labels))
-        out += _twins(s, DCGM_TWINS, labels, drop=("uuid",))
-        if _name(s) == "bottleneck_gpu_memory_total_bytes":
-            total, taken = s.track, used[tuple(kv for kv in s.labels if kv[0] != "__name__")]
-            reserved = DCGM_RESERVED_MIB * MIB
-            free = [None if t is None or u is None else t - u - reserved for t, u in zip(total, taken, strict=True)]
-            out.append(_peer(s, "DCGM_FI_DEV_FB_FREE", MIB, labels, ("uuid",), free))
-            out.append(_peer(s, "DCGM_FI_DEV_FB_RESERVED", MIB, labels, ("uuid",),
-                             [None if t is None else reserved for t in total]))
-    return out
-
-
 def dcgm_as_ours(expr: str) -> str:
     """A dcgm-exporter expression with our GPU labels: ``uuid`` from its ``UUID``, its other labels dropped."""
     return (f"max without ({', '.join(DCGM_ONLY_LABELS)}) (\n  label_replace(\n    "
@@ -157,41 +88,40 @@ class Unreadable(ValueError):
         self.names = names
 
 
-# A selector of one of our raw series, with its matchers; ``[`` after it makes it a range.
-OUR_SELECTOR = re.compile(r'\b(bottleneck_[a-z0-9_]+)(?:\{((?:"(?:[^"\\]|\\.)*"|[^}"])*)\})?(\[)?')
-MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
+@functools.cache
+def is_series(promql: str) -> bool:
+    """Whether a twin's PromQL is one plain series of the peer's (not an expression over its series, not a number):
+    only such a twin takes matchers and a range in place of our selector."""
+    node = parse(promql)
+    return isinstance(node, Selector) and len(node.matchers) == 1 and node.range_seconds is None
 
 
-def _peer_selector(name: str, matchers: str, ranged: bool, table: Mapping[str, tuple[Twin, ...]]) -> str:
-    """Our selector ``name{matchers}`` as the peer's series, from its twin in ``table``; Unreadable when no twin
-    carries it as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
-    parts = list(MATCHER.finditer(matchers))
-    if "".join(m.group(0) for m in parts) != matchers:
-        raise ValueError(f"selector {name}{{{matchers}}}: matchers not understood")
-    pinned = {m.group(1): m.group(3)[1:-1] for m in parts if m.group(2) == "="}
+def _name(selector: Selector) -> str | None:
+    return next((m.value for m in selector.matchers if m.name == "__name__" and m.op == "="), None)
+
+
+def _peer_selector(selector: Selector, name: str, table: Mapping[str, tuple[Twin, ...]]) -> Node:
+    """Our selector of ``name`` as the peer's series, from its twin in ``table``; Unreadable when no twin carries it
+    as a selector can (a twin expression under matchers or a range, a unit scaled inside a range)."""
+    matchers = [m for m in selector.matchers if m.name != "__name__"]
+    pinned = {m.name: m.value for m in matchers if m.op == "="}
     twins = [t for t in table.get(name, ()) if all(pinned.get(k) == v for k, v in t.match.items())]
     if len(twins) != 1:
         raise Unreadable({name})
     twin = twins[0]
-    rest = ", ".join("".join(m.group(1, 2, 3)) for m in parts if m.group(1) not in twin.match)
-    if not PEER_SERIES.fullmatch(twin.series):
+    rest = tuple(m for m in matchers if m.name not in twin.match)
+    ranged = selector.range_seconds is not None or bool(selector.range_variable)
+    if not is_series(twin.series):
         if rest or ranged:
             raise Unreadable({name})
-        return f"({twin.series})"
-    selector = twin.series + (f"{{{rest}}}" if rest else "")
+        # Printed as the twin table writes it, where an operand stood: in parentheses, whatever its operators.
+        return parse(f"({twin.series})")
+    peer = Selector((Matcher("__name__", "=", twin.series), *rest), selector.range_seconds, selector.range_variable)
     if twin.scale == 1:
-        return selector
+        return peer
     if ranged:
         raise Unreadable({name})
-    return f"({selector} * {twin.scale!r})"
-
-
-def _dcgm_beside_ours(series: Sequence[Series]) -> list[Series]:
-    return _dcgm(series) + [s for s in series if gpu_unique(_name(s))]
-
-
-def _ours(series: Sequence[Series]) -> list[Series]:
-    return list(series)
+    return Binary("*", peer, Number(twin.scale))
 
 
 def _origin(*origins: str) -> Callable[[str, str], bool]:
@@ -200,21 +130,20 @@ def _origin(*origins: str) -> Callable[[str, str], bool]:
 
 SOURCES: dict[str, dict[str, Source]] = {
     TRAINING: {OURS: Source(OURS, TRAINING, "bottleneck-exporter (push receiver, training collector)",
-                            _origin(OURS), _ours)},
+                            _origin(OURS))},
     HOST: {
         OURS: Source(OURS, HOST, "bottleneck-exporter's host collectors (cpu, memory, pressure, disk, network)",
-                     _origin(OURS), _ours),
-        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _origin(NODE_EXPORTER),
-                              _node_exporter),
+                     _origin(OURS)),
+        NODE_EXPORTER: Source(NODE_EXPORTER, HOST, "node_exporter (default collectors)", _origin(NODE_EXPORTER)),
     },
     GPU: {
-        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _origin(OURS), _ours),
+        OURS: Source(OURS, GPU, "bottleneck-exporter's gpu collector (NVML)", _origin(OURS)),
         DCGM_BESIDE_OURS: Source(
             DCGM_BESIDE_OURS, GPU, "dcgm-exporter (default counters) beside bottleneck-exporter's gpu collector "
             "with --collector.gpu.only-unique (the preset beside-node-exporter-and-dcgm)",
-            lambda origin, metric: origin == DCGM or (origin == OURS and gpu_unique(metric)), _dcgm_beside_ours),
+            lambda origin, metric: origin == DCGM or (origin == OURS and gpu_unique(metric))),
         DCGM: Source(DCGM, GPU, "dcgm-exporter (default counters), bottleneck-exporter's gpu collector off",
-                     _origin(DCGM), _dcgm),
+                     _origin(DCGM)),
     },
 }
 
@@ -249,7 +178,7 @@ class Bundle:
         if self.provides(name):
             return name
         family = (family_of(name) or ("", ""))[0]
-        return next((t.series for t in self._twins(family).get(name, ()) if PEER_SERIES.fullmatch(t.series)), None)
+        return next((t.series for t in self._twins(family).get(name, ()) if is_series(t.series)), None)
 
     def rewrite(self, expr: str) -> str:
         """``expr``, written over our series, as this bundle reads it: each of our series its sources lack
@@ -260,35 +189,32 @@ class Bundle:
         ours_gpu: set[str] = set()  # our GPU series read as ours
         peers_gpu: set[str] = set()  # our GPU series read as dcgm-exporter's
 
-        def one(match: re.Match[str]) -> str:
-            name, matchers, ranged = match.group(1), match.group(2) or "", match.group(3) or ""
+        def one(node: Node) -> Node | None:
+            if not isinstance(node, Selector):
+                return None
+            name = _name(node)
+            if name is None or not name.startswith("bottleneck_"):
+                return None
             family = (family_of(name) or ("", ""))[0]
             if self.provides(name):
                 if family == GPU:
                     ours_gpu.add(name)
-                return match.group(0)
+                return None
             try:
-                peer = _peer_selector(name, matchers, bool(ranged), self._twins(family))
+                peer = _peer_selector(node, name, self._twins(family))
             except Unreadable:
                 lacking.add(name)
-                return match.group(0)
+                return None
             if family == GPU:
                 peers_gpu.add(name)
-            return peer + ranged
+            return peer
 
-        text = OUR_SELECTOR.sub(one, expr)
+        text = unparse(transform(parse(expr), one))
         if ours_gpu and peers_gpu:
             lacking |= peers_gpu
         if lacking:
             raise Unreadable(lacking)
         return dcgm_as_ours(text) if peers_gpu else text
-
-    def translate(self, series: Sequence[Series]) -> list[Series]:
-        """Our series (every family) → what Prometheus holds when this bundle's sources export them."""
-        out: list[Series] = []
-        for family, source in self.sources.items():
-            out += SOURCES[family][source].translate(_of_family(series, family))
-        return out
 
 
 DEFAULT_BUNDLE = "bottleneck"

@@ -3,7 +3,7 @@
 The outcome says which alert instances are pending or firing at the scenario's evaluation minute; the
 generator turns those into ``promtool test rules`` expectations (so promtool checks the Python evaluator
 against Prometheus), and tests check them against the scenario's own expectation (so the evaluator is
-checked against the person who wrote the scenario).
+checked against the person who wrote the scenario). Build time and tests only: the daemon never imports it.
 """
 
 from __future__ import annotations
@@ -24,17 +24,9 @@ from bottleneck_exporter.heuristics.promql import (
     evaluate,
     parse,
 )
-from bottleneck_exporter.heuristics.scenarios import (
-    EXPORTER_JOB,
-    FIRES,
-    NEAR_MISS,
-    NOT_YET,
-    Scenario,
-    Series,
-    Timeline,
-    for_minutes,
-    store_of,
-)
+from bottleneck_exporter.heuristics.scenarios.series import EXPORTER_JOB, Series, Timeline, store_of
+from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET, Scenario, for_minutes
+from bottleneck_exporter.heuristics.scenarios.translate import translate
 from bottleneck_exporter.heuristics.sources import BUNDLES, PEER_JOB, family_of
 
 NOT_YET_SCAN_MINUTES = 45
@@ -155,7 +147,7 @@ def replay(scenario: Scenario, catalogue: Catalogue | None = None) -> Outcome:
         timeline = Timeline(scenario.start + NOT_YET_SCAN_MINUTES + hold, scenario.start)
     else:
         timeline = Timeline(scenario.eval_at if scenario.eval_at is not None else hold + 7, 0)
-    built = BUNDLES[catalogue.bundle].translate(scenario.build(timeline))
+    built = translate(BUNDLES[catalogue.bundle], scenario.build(timeline))
     target_rule = next(r for r in rules if r.severity == scenario.severity)
     store = store_of(built)
     active, firing = simulate(rules, store, timeline.length)

@@ -1,0 +1,127 @@
+"""The scenarios of the node area's verdicts (``areas/node.py``): busy loaders, saturated CPUs, short memory,
+swapping, a saturated NIC, each beside a near miss on a node where no job trains.
+
+Used at build time and by tests only: the daemon never imports it.
+"""
+
+from __future__ import annotations
+
+from bottleneck_exporter.heuristics.scenarios.builders import gpu, node, process, rank
+from bottleneck_exporter.heuristics.scenarios.series import INSTANCE
+from bottleneck_exporter.heuristics.scenarios.table import (
+    FIRES,
+    NEAR_MISS,
+    NODE1,
+    NOT_YET,
+    PROC0,
+    Expect,
+    Scenario,
+    row,
+)
+
+e = Expect  # one expected alert instance: e(labels, value)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    # -- input-bound ---------------------------------------------------------------------------------------------------
+    row("LoaderSaturated", FIRES, "num_workers_0_main_thread_pegged_gpu_idle",
+        lambda t: process(t, main=0.98, workers=0) + gpu(t, util=0.1), e(PROC0, 0.98)),
+    row("LoaderSaturated", NEAR_MISS, "busy_workers_feed_a_busy_gpu",
+        lambda t: process(t, worker=0.95) + gpu(t, util=0.6)),
+    row("LoaderSaturated", NEAR_MISS, "main_thread_busy_dispatching_with_workers_present",
+        lambda t: process(t, main=1.0, worker=0.3) + gpu(t, util=0.1)),
+    row("LoaderSaturated", FIRES, "eight_workers_share_two_saturated_cores_while_the_gpu_idles",
+        lambda t: process(t, worker=0.25, workers=8, workers_cpu=1.9) + node(t, cpus=2, busy=0.98, iowait=0.0)
+        + gpu(t, util=0.1), e(PROC0)),
+    row("LoaderSaturated", NEAR_MISS, "workers_share_saturated_cores_while_the_gpu_computes",
+        lambda t: process(t, worker=0.25, workers=8, workers_cpu=1.9) + node(t, cpus=2, busy=0.98, iowait=0.0)
+        + gpu(t, util=0.6)),
+    row("LoaderSaturated", NEAR_MISS, "other_processes_saturate_the_cores_not_the_loaders",
+        lambda t: process(t, worker=0.2, workers=2, workers_cpu=0.3) + node(t, cpus=2, busy=0.98, iowait=0.0)
+        + gpu(t, util=0.1)),
+    row("LoaderSaturated", NOT_YET, "trainer_started_recently",
+        lambda t: process(t, main=0.98, workers=0) + gpu(t, util=0.1), e(PROC0, 0.98)),
+    # -- CPU -----------------------------------------------------------------------------------------------------------
+    row("CpuSaturated", FIRES, "cores_95pct_busy_gpu_underfed",
+        lambda t: node(t, busy=0.95, iowait=0.0) + gpu(t, util=0.2) + process(t), e(NODE1, 0.95)),
+    row("CpuSaturated", FIRES, "cpu_job_waits_for_data_on_saturated_cores",
+        lambda t: node(t, busy=0.96, iowait=0.0) + rank(t, data_wait=0.2, device="cpu") + process(t),
+        e(NODE1, 0.96)),
+    row("CpuSaturated", FIRES, "psi_cpu_shows_tasks_queueing_for_the_cores",
+        lambda t: node(t, busy=0.95, iowait=0.0, cpu_pressure=0.7) + process(t), e(NODE1, 0.95)),
+    row("CpuSaturated", FIRES, "runqueue_wait_shows_tasks_queueing_for_the_cores",
+        lambda t: node(t, busy=0.95, iowait=0.0, runqueue=0.6) + process(t), e(NODE1, 0.95)),
+    row("CpuSaturated", NEAR_MISS, "cpu_only_job_uses_every_core_for_its_own_compute",
+        lambda t: node(t, busy=0.97, iowait=0.0, runqueue=0.05) + rank(t, data_wait=0.02, device="cpu")
+        + process(t)),
+    row("CpuSaturated", NEAR_MISS, "saturated_and_queueing_but_no_job_trains_on_the_node",
+        lambda t: node(t, busy=0.97, iowait=0.0, cpu_pressure=0.9) + gpu(t, util=0.2)),
+    row("CpuSaturated", NEAR_MISS, "cores_88pct_busy",
+        lambda t: node(t, busy=0.88, iowait=0.0) + gpu(t, util=0.2) + process(t)),
+    row("CpuSaturated", NEAR_MISS, "iowait_is_not_busy",
+        lambda t: node(t, busy=0.6, iowait=0.38) + gpu(t, util=0.2) + process(t)),
+    row("CpuSaturated", NOT_YET, "cores_became_busy_recently",
+        lambda t: node(t, busy=0.98, iowait=0.0, before={"busy": 0.3}) + gpu(t, util=0.2) + process(t),
+        e(NODE1)),
+    row("CpuOverloaded", FIRES, "load_12_on_4_cpus", lambda t: node(t, cpus=4, load=12.0) + process(t),
+        e(NODE1, 3.0)),
+    row("CpuOverloaded", NEAR_MISS, "load_5_6_on_4_cpus", lambda t: node(t, cpus=4, load=5.6) + process(t)),
+    row("CpuOverloaded", NEAR_MISS, "load_12_on_4_cpus_but_no_job_trains_on_the_node",
+        lambda t: node(t, cpus=4, load=12.0)),
+    row("CpuOverloaded", NOT_YET, "load_rose_recently",
+        lambda t: node(t, cpus=4, load=12.0, before={"load": 2.0}) + process(t), e(NODE1, 3.0)),
+    row("DataLoaderWorkersExceedCpus", FIRES, "two_ranks_with_8_workers_on_8_cpus",
+        lambda t: node(t) + rank(t, num_workers=8) + rank(t, rank_="1", num_workers=8),
+        e({"instance": INSTANCE}, 16)),
+    row("DataLoaderWorkersExceedCpus", FIRES, "workers_found_by_proc_scan_without_hook",
+        lambda t: node(t) + process(t, workers=12), e({"instance": INSTANCE}, 12)),
+    row("DataLoaderWorkersExceedCpus", NEAR_MISS, "two_ranks_with_4_workers_fill_8_cpus_exactly",
+        lambda t: node(t) + rank(t, num_workers=4) + rank(t, rank_="1", num_workers=4)),
+    row("DataLoaderWorkersExceedCpus", NOT_YET, "ranks_started_recently",
+        lambda t: node(t) + rank(t, num_workers=8) + rank(t, rank_="1", num_workers=8),
+        e({"instance": INSTANCE}, 16)),
+    row("ContextSwitchStorm", FIRES, "30k_switches_per_cpu_second",
+        lambda t: node(t, ctx_per_cpu=30000) + process(t), e(NODE1, 30000), severity="info"),
+    row("ContextSwitchStorm", NEAR_MISS, "15k_switches_per_cpu_second",
+        lambda t: node(t, ctx_per_cpu=15000) + process(t), severity="info"),
+    row("ContextSwitchStorm", NEAR_MISS, "storm_on_a_node_where_no_job_trains",
+        lambda t: node(t, ctx_per_cpu=30000), severity="info"),
+    row("ContextSwitchStorm", NOT_YET, "storm_began_recently",
+        lambda t: node(t, ctx_per_cpu=40000, before={"ctx_per_cpu": 2000}) + process(t), e(NODE1), severity="info"),
+    # -- memory --------------------------------------------------------------------------------------------------------
+    row("MemoryPressure", FIRES, "8pct_of_ram_available", lambda t: node(t, mem_available=0.08) + process(t),
+        e(NODE1, 0.08)),
+    row("MemoryPressure", FIRES, "psi_memory_stalls_15pct_with_30pct_of_ram_available",
+        lambda t: node(t, mem_available=0.3, memory_pressure=0.15) + process(t), e(NODE1, 0.3)),
+    row("MemoryPressure", NEAR_MISS, "12pct_of_ram_available", lambda t: node(t, mem_available=0.12) + process(t)),
+    row("MemoryPressure", NEAR_MISS, "psi_memory_stalls_5pct",
+        lambda t: node(t, mem_available=0.3, memory_pressure=0.05) + process(t)),
+    row("MemoryPressure", NEAR_MISS, "8pct_of_ram_available_but_no_job_trains_on_the_node",
+        lambda t: node(t, mem_available=0.08)),
+    row("MemoryPressure", NOT_YET, "memory_filled_recently",
+        lambda t: node(t, mem_available=0.08, before={"mem_available": 0.5}) + process(t), e(NODE1, 0.08)),
+    row("MemoryPressure", FIRES, "3pct_of_ram_available_oom_close",
+        lambda t: node(t, mem_available=0.03) + process(t), e(NODE1, 0.03), severity="critical"),
+    row("MemoryPressure", FIRES, "psi_memory_stalls_40pct",
+        lambda t: node(t, mem_available=0.3, memory_pressure=0.4) + process(t), e(NODE1, 0.3),
+        severity="critical"),
+    row("MemoryPressure", NEAR_MISS, "6pct_of_ram_available_is_only_a_warning",
+        lambda t: node(t, mem_available=0.06) + process(t), severity="critical"),
+    row("MemoryPressure", NEAR_MISS, "psi_memory_stalls_15pct_is_only_a_warning",
+        lambda t: node(t, mem_available=0.3, memory_pressure=0.15) + process(t), severity="critical"),
+    row("MemoryPressure", NOT_YET, "memory_exhausted_recently",
+        lambda t: node(t, mem_available=0.03, before={"mem_available": 0.5}) + process(t), e(NODE1, 0.03),
+        severity="critical"),
+    row("Swapping", FIRES, "200_pages_per_second_swapped", lambda t: node(t, swap=200) + process(t),
+        e(NODE1, 200)),
+    row("Swapping", NEAR_MISS, "80_pages_per_second_swapped", lambda t: node(t, swap=80) + process(t)),
+    row("Swapping", NEAR_MISS, "swapping_on_a_node_where_no_job_trains", lambda t: node(t, swap=200)),
+    row("Swapping", NOT_YET, "swapping_began_recently",
+        lambda t: node(t, swap=500, before={"swap": 0}) + process(t), e(NODE1)),
+    # -- cross-node ----------------------------------------------------------------------------------------------------
+    row("NetworkBound", FIRES, "eth0_receives_at_95pct_of_10gbe", lambda t: node(t, nic=0.95) + process(t),
+        e({**NODE1, "device": "eth0"}, 0.95)),
+    row("NetworkBound", NEAR_MISS, "eth0_at_85pct", lambda t: node(t, nic=0.85) + process(t)),
+    row("NetworkBound", NEAR_MISS, "backup_fills_eth0_on_a_node_where_no_job_trains", lambda t: node(t, nic=0.95)),
+    row("NetworkBound", NOT_YET, "remote_dataset_read_began_recently",
+        lambda t: node(t, nic=0.97, before={"nic": 0.1}) + process(t), e({**NODE1, "device": "eth0"})),
+)

@@ -1,0 +1,144 @@
+"""The scenarios of the training area's verdicts (``areas/training.py``): jobs whose ranks wait for data, for
+storage, for each other, or stop.
+
+Used at build time and by tests only: the daemon never imports it.
+"""
+
+from __future__ import annotations
+
+from bottleneck_exporter.heuristics.scenarios.builders import gpu, node, process, rank
+from bottleneck_exporter.heuristics.scenarios.series import (
+    EXPORTER_JOB,
+    INSTANCE,
+    INSTANCE_2,
+    TRAIN_JOB,
+    Series,
+    Timeline,
+)
+from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET, RANK0, Expect, Scenario, row
+
+NO_CAUSE = "none of its node's signals stands out: work only this rank does"
+
+
+def ddp_job(tl: Timeline, slow_rank_data_wait: float) -> list[Series]:
+    """Four DDP ranks on two nodes: the all-reduce evens out their step times (1 s each), so only the
+    local work (data wait + forward + optimizer) of rank 3 shows that it is the slow one."""
+    return [s for r in range(4)
+            for s in rank(tl, rank_=str(r), instance=INSTANCE if r < 2 else INSTANCE_2, step=1.0,
+                          data_wait=slow_rank_data_wait if r == 3 else 0.2, forward=0.2, optimizer=0.05)]
+
+
+def gloo_job(tl: Timeline, rank0_between: float) -> list[Series]:
+    """Three gloo ranks on one node, 0.8 s steps: each computes 0.5 s; rank 0 also spends ``rank0_between``
+    seconds between steps (logging), which ranks 1 and 2 wait out inside backward's all-reduce."""
+    return [s for r in range(3)
+            for s in rank(tl, rank_=str(r), step=0.8, data_wait=0.05, forward=0.2, optimizer=0.05,
+                          between=rank0_between if r == 0 else 0.0, device="cpu")]
+
+
+def straggler(instance: str, rank_: str, phase: str, cause: str) -> dict[str, str]:
+    """The labels of a StragglerRank alert: the rank, where its extra time goes, what its node shows."""
+    return {"instance": instance, "job": EXPORTER_JOB, "training_job": TRAIN_JOB, "rank": rank_, "phase": phase,
+            "cause": cause}
+
+
+e = Expect  # one expected alert instance: e(labels, value)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    # -- input-bound ---------------------------------------------------------------------------------------------------
+    row("InputBound", FIRES, "num_workers_0_rank_waits_80pct_of_each_step",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t) + process(t, main=1.0, workers=0),
+        e(RANK0, 0.8)),
+    row("InputBound", NEAR_MISS, "data_wait_45pct_just_below_threshold",
+        lambda t: rank(t, data_wait=0.225, forward=0.1) + node(t) + process(t)),
+    row("InputBound", NEAR_MISS, "storage_saturated_is_io_bound_not_input_bound",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
+        + process(t, worker=0.2)),
+    row("InputBound", NOT_YET, "job_started_3m_ago_already_input_bound",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t) + process(t, main=1.0, workers=0),
+        e(RANK0, 0.8)),
+    row("IoBound", FIRES, "dataset_on_saturated_disk_loaders_idle",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
+        + process(t, worker=0.2), e(RANK0, 0.8)),
+    row("IoBound", FIRES, "network_filesystem_stalls_show_as_io_pressure",
+        lambda t: rank(t, data_wait=0.3, forward=0.1, optimizer=0.05) + node(t, io_pressure=0.6)
+        + process(t, worker=0.1), e(RANK0, 0.6)),
+    row("IoBound", NEAR_MISS, "disk_busy_but_loaders_cpu_bound",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
+        + process(t, worker=0.95)),
+    row("IoBound", NOT_YET, "job_started_on_a_saturated_disk",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
+        + process(t, worker=0.2), e(RANK0, 0.8)),
+    # -- GPU memory and launch -----------------------------------------------------------------------------------------
+    row("LaunchBound", FIRES, "tiny_kernels_gpu_35pct_busy_no_data_wait",
+        lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t, busy=0.4),
+        e(RANK0, 0.35), severity="info"),
+    row("LaunchBound", NEAR_MISS, "gpu_55pct_busy", lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.55) + node(t),
+        severity="info"),
+    row("LaunchBound", NEAR_MISS, "cpu_saturated_explains_the_idle_gpu",
+        lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t, busy=0.95, iowait=0.0), severity="info"),
+    row("LaunchBound", NEAR_MISS, "cpu_training_job_next_to_idle_gpus",
+        lambda t: rank(t, data_wait=0.01, device="cpu") + gpu(t, util=0.0) + node(t), severity="info"),
+    row("LaunchBound", NOT_YET, "job_started_recently",
+        lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t), e(RANK0, 0.35), severity="info"),
+    # -- cross-node ----------------------------------------------------------------------------------------------------
+    row("GpuImbalance", FIRES, "rank_on_second_node_gpu_30pct_busy_vs_90pct",
+        lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.3),
+        e({"training_job": TRAIN_JOB}, 0.6)),
+    row("GpuImbalance", NEAR_MISS, "ranks_90pct_and_60pct_busy",
+        lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.6)),
+    row("GpuImbalance", NOT_YET, "imbalanced_job_started_recently",
+        lambda t: rank(t, gpu_busy=0.9) + rank(t, rank_="1", instance=INSTANCE_2, gpu_busy=0.3),
+        e({"training_job": TRAIN_JOB}, 0.6)),
+    row("StragglerRank", FIRES, "ddp_rank_3_slow_loader_shows_in_own_work_not_step_time",
+        lambda t: ddp_job(t, slow_rank_data_wait=0.4),
+        e(straggler(INSTANCE_2, "3", "data_wait", NO_CAUSE), 0.65 / 0.45)),
+    row("StragglerRank", FIRES, "independent_rank_1_steps_1_5x_slower",
+        lambda t: [s for r in range(4) for s in rank(t, rank_=str(r), instance=INSTANCE if r != 1 else INSTANCE_2,
+                                                    step=1.5 if r == 1 else 1.0, data_wait=0.1, forward=0.3,
+                                                    optimizer=0.1)],
+        e(straggler(INSTANCE_2, "1", "backward", NO_CAUSE), 1.5)),
+    row("StragglerRank", FIRES, "gloo_rank_0_logs_between_steps_while_its_peers_wait_in_backward",
+        lambda t: gloo_job(t, rank0_between=0.3), e(straggler(INSTANCE, "0", "between_phases", NO_CAUSE), 2.0)),
+    row("StragglerRank", FIRES, "rank_reporting_collective_waits_least_its_gpu_throttled",
+        lambda t: [s for r in range(3) for s in rank(
+            t, rank_=str(r), instance=INSTANCE_2 if r == 2 else INSTANCE, step=1.0, data_wait=0.05,
+            forward=0.45 if r == 2 else 0.25, optimizer=0.05, collective=0.05 if r == 2 else 0.25)]
+        + gpu(t, instance=INSTANCE_2, thermal=1.0),
+        e(straggler(INSTANCE_2, "2", "forward", "a GPU of its node is throttled (thermal, HW slowdown or power "
+                    "brake)"), 0.95 / 0.75), needs=("bottleneck_gpu_clock_event_active",)),
+    row("StragglerRank", NEAR_MISS, "rank_3_own_work_1_1x_median",
+        lambda t: ddp_job(t, slow_rank_data_wait=0.25)),
+    row("StragglerRank", NEAR_MISS, "gloo_rank_0_logs_0_05s_between_steps",
+        lambda t: gloo_job(t, rank0_between=0.05)),
+    row("StragglerRank", NOT_YET, "straggler_job_started_recently",
+        lambda t: ddp_job(t, slow_rank_data_wait=0.4),
+        e(straggler(INSTANCE_2, "3", "data_wait", NO_CAUSE), 0.65 / 0.45)),
+    row("CommunicationBound", FIRES, "big_model_tiny_batch_allreduce_in_flight_70pct_of_the_step",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.7),
+        e(RANK0, 0.7)),
+    row("CommunicationBound", NEAR_MISS, "allreduce_hidden_behind_backward_45pct_of_the_step",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.2, optimizer=0.03, collective=0.45)),
+    row("CommunicationBound", NOT_YET, "communication_bound_job_started_recently",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.7),
+        e(RANK0, 0.7)),
+    # -- stalls --------------------------------------------------------------------------------------------------------
+    row("TrainingStalled", FIRES, "hung_in_allreduce_9m_without_a_step",
+        lambda t: rank(t, stall=(3, 10**6)) + process(t), e(RANK0, 9 * 60), eval_at=11),
+    row("TrainingStalled", NEAR_MISS, "4m_checkpoint_save_is_not_a_stall",
+        lambda t: rank(t, stall=(3, 7)) + process(t), eval_at=12),
+    row("TrainingStalled", NEAR_MISS, "30s_steps_silent_8m_is_below_20_mean_steps",
+        lambda t: rank(t, step=30.0, stall=(3, 10**6)) + process(t), eval_at=11),
+    row("TrainingStalled", NEAR_MISS, "process_exited_is_not_a_stall",
+        lambda t: rank(t, stall=(3, 10**6)) + process(t, alive_until=3), eval_at=11),
+    row("TrainingStalled", NOT_YET, "stalled_just_past_the_threshold",
+        lambda t: rank(t, stall=(t.start + 2, 10**6)) + process(t), e(RANK0)),
+    row("TrainingStalled", FIRES, "hung_34m_without_a_step", lambda t: rank(t, stall=(3, 10**6)) + process(t),
+        e(RANK0, 34 * 60), severity="critical", eval_at=36),
+    row("TrainingStalled", NEAR_MISS, "stalled_20m_is_only_a_warning",
+        lambda t: rank(t, stall=(3, 10**6)) + process(t), severity="critical", eval_at=23),
+    row("TrainingStalled", NEAR_MISS, "process_exited_is_not_a_critical_stall",
+        lambda t: rank(t, stall=(3, 10**6)) + process(t, alive_until=3), severity="critical", eval_at=43),
+    row("TrainingStalled", NOT_YET, "stalled_just_past_the_critical_threshold",
+        lambda t: rank(t, stall=(t.start + 2, 10**6)) + process(t), e(RANK0), severity="critical"),
+)
