@@ -206,7 +206,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
     """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
     from bottleneck_exporter.hook.session import Session
-    from bottleneck_exporter.push.schema import validate
+    from bottleneck_exporter.wire.schema import validate
     from tests.test_hook import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
@@ -224,7 +224,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
 def test_host_timed_collectives_send_no_dropped_count() -> None:
     """gloo's host stopwatch never gives anything up: its datagram has no such field (and no series)."""
     from bottleneck_exporter.hook.session import Session
-    from bottleneck_exporter.push.schema import validate
+    from bottleneck_exporter.wire.schema import validate
 
     clock = CollectiveClock()
     HostStopwatch(clock).stop(HostStopwatch(clock).start())

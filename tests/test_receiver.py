@@ -33,9 +33,9 @@ from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.push import settings as push_settings
 from bottleneck_exporter.push.liveness import ProcessTable
 from bottleneck_exporter.push.receiver import PushReceiver
-from bottleneck_exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.wire.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from tests.conftest import require_tool
 
 
@@ -319,7 +319,7 @@ def wait_for(condition: Any, what: str) -> None:
 _SILENT_TRAINER = """
 import json, os, sys
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.schema import encode
+from bottleneck_exporter.wire.schema import encode
 payload = json.loads(sys.argv[2])
 payload["pid"] = os.getpid()
 print("sent" if Transport(sys.argv[1]).send(encode(payload)) else "not sent", flush=True)

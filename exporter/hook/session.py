@@ -45,7 +45,7 @@ from bottleneck_exporter.hook.timing import (
 )
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
-from bottleneck_exporter.push.schema import MAX_WORKER_PIDS, VERSION
+from bottleneck_exporter.wire.schema import MAX_WORKER_PIDS, VERSION
 
 log = logging.getLogger("bottleneck_exporter.hook")
 
@@ -428,7 +428,7 @@ class Session:
     # formatted by json when they change (the device at the first forward, the loader at each iter()).
 
     def payload(self) -> dict[str, Any]:
-        """The datagram's content as a dict (what the exporter's ``schema.validate`` checks)."""
+        """The datagram's content as a dict (what the exporter's ``wire.schema.validate`` checks)."""
         body: dict[str, Any] = json.loads(self._datagram())
         return body
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
-from bottleneck_exporter.push.schema import STEP_BUCKETS
+from bottleneck_exporter.wire.schema import STEP_BUCKETS
 
 # Phase indices (positions in StepClock.phase_totals). OTHER is time in no measured phase (your own code
 # between steps): it is part of the step total but not of any phase. STEP_END is a mark, not a phase: it

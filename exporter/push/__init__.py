@@ -1,12 +1,10 @@
 """The push receiver: per-step timings that the in-process hook (``bottleneck_exporter.hook``) sends to this exporter.
 
-Modules: ``schema`` (the datagram, shared with the hook), ``paths`` (where the socket lives, shared with the
-hook), ``settings`` (its registered options: ``--push.*`` flags, ``push:`` config), ``receiver`` (socket
-thread, collector), ``store`` (bounded job/rank table), ``exposition`` (metric families). The daemon runs the
-receiver as one of its parts (``bottleneck_exporter.parts``): started and stopped with it, with its own
-``bottleneck_scrape_collector_success{collector="push"}``. This package's ``__init__`` imports nothing heavy:
-the hook imports ``schema`` and ``paths`` inside training processes, and must not pull in the daemon's
-collectors, YAML or prometheus_client.
+Modules: ``settings`` (its registered options: ``--push.*`` flags, ``push:`` config), ``receiver`` (socket thread,
+collector), ``store`` (bounded job/rank table), ``exposition`` (metric families); the datagram and the socket
+paths it shares with the hook are ``bottleneck_exporter.wire``. The daemon runs the receiver as one of its
+parts (``bottleneck_exporter.parts``): started and stopped with it, with its own
+``bottleneck_scrape_collector_success{collector="push"}``. This package's ``__init__`` imports nothing heavy.
 """
 
 from __future__ import annotations

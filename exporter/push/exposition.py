@@ -1,7 +1,7 @@
 """Metric families built, fresh on every scrape, from the job store and the receiver's counters.
 
 Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per training job (label
-``schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
+``wire.schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
@@ -23,7 +23,8 @@ from prometheus_client.metrics_core import (
 )
 
 from bottleneck_exporter.push.kubernetes import kubernetes_info
-from bottleneck_exporter.push.schema import (
+from bottleneck_exporter.push.store import RankState
+from bottleneck_exporter.wire.schema import (
     COLLECTIVE,
     GPU_MEMORY,
     GPU_PHASES,
@@ -35,7 +36,6 @@ from bottleneck_exporter.push.schema import (
     LoaderSettings,
     Snapshot,
 )
-from bottleneck_exporter.push.store import RankState
 
 _JR = [JOB_LABEL, "rank"]
 _MEMORY_NAMES = {

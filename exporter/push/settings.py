@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from bottleneck_exporter.collectors.base import Option, parse_bool, parse_positive_int
 from bottleneck_exporter.config import ConfigError, add_option_flags, section_values
-from bottleneck_exporter.push.paths import DEFAULT_SOCKET, socket_candidates
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.wire.paths import DEFAULT_SOCKET, socket_candidates
 
 if TYPE_CHECKING:
     from bottleneck_exporter.push.receiver import PushReceiver

@@ -1,0 +1,295 @@
+"""The datagram the training hook sends and the exporter's receiver accepts (schema version 1).
+
+Both sides import it (``bottleneck_exporter.hook`` to build a datagram, ``bottleneck_exporter.push`` to read
+one), so it imports nothing but the standard library. ``validate`` turns raw bytes into a ``Snapshot`` or
+raises ``Rejected`` with a reason that becomes ``bottleneck_push_rejected_total{reason="..."}``::
+
+    bottleneck_push_rejected_total{reason="bad_number"} 3.0
+    bottleneck_push_rejected_total{reason="too_many_jobs"} 120.0
+
+All counters in a datagram are cumulative since the training process started, so a lost datagram costs
+freshness, never data. See docs/hook.md for the field-by-field description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any
+
+VERSION = 1
+MAX_DATAGRAM_BYTES = 8192
+MAX_WORKER_PIDS = 256
+MAX_RANK = 1 << 20
+# Upper bounds (seconds) of the step-time histogram; the hook counts steps per bucket with the same list.
+STEP_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+HOST_PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
+# Time in collectives (DDP's all-reduce, FSDP's all-gathers and reduce-scatters): overlaps forward and
+# backward, so it is no part of the step's partition; sent only by a rank whose collectives the hook times.
+COLLECTIVE = "collective"
+GPU_PHASES = ("forward", "backward", "optimizer")
+LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
+GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+
+REASONS = (
+    "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
+    "too_many_jobs", "too_many_ranks", "not_owner",
+)
+
+# The Prometheus label that carries the training job's name on every series the exporter derives from it.
+# Not ``job``: Prometheus owns that one (the scrape config's name); with honor_labels: false (the default, and
+# what prometheus-operator's overrideHonorLabels forces) an exported ``job`` becomes ``exported_job``.
+JOB_LABEL = "training_job"
+# Label values end up in every series of the job: bound their length and keep them printable and quote-free.
+JOB_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,128}")
+DEVICE_PATTERN = re.compile(r"[A-Za-z0-9_.:@+=/-]{1,32}")
+_JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=/-]")
+# Kubernetes names: a namespace and a container are DNS labels, a pod a DNS subdomain.
+KUBERNETES_PATTERNS = {
+    "namespace": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"),
+    "pod": re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"),
+    "container": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"),
+}
+
+
+class Rejected(ValueError):
+    """A datagram that is not accepted; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderSettings:
+    num_workers: int
+    pin_memory: bool
+    batch_size: int | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    worker_pids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuTotals:
+    phase_seconds: dict[str, float]
+    busy_seconds: float
+    idle_seconds: float
+    memory: dict[str, float]  # GPU_MEMORY key -> bytes; keys absent when the hook could not read them
+    dropped_timings: int | None = None  # steps whose CUDA events were given up unread, when sent
+
+
+@dataclasses.dataclass(frozen=True)
+class KubernetesIdentity:
+    """The pod the rank runs in, as the hook sees it from inside ("" for what it could not tell)."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    device: str
+    pid: int
+    seq: int
+    time: float
+    dropped: int
+    steps: int
+    samples: float
+    phase_seconds: dict[str, float]
+    step_buckets: tuple[int, ...]
+    loader: LoaderSettings | None
+    gpu: GpuTotals | None
+    kubernetes: KubernetesIdentity | None = None
+    collective_seconds: float | None = None  # phase_seconds.collective, when sent
+    skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
+    collective_dropped_timings: int | None = None  # NCCL collectives whose CUDA events were given up, when sent
+
+
+def sanitize_job(name: str) -> str:
+    """A job name the receiver will accept: unsafe characters become ``_``, cut to 128 characters."""
+    cleaned = _JOB_UNSAFE.sub("_", name)[:128]
+    return cleaned or "unknown"
+
+
+# One encoder for every datagram: json.dumps with options builds a new one per call (2 of the 11 us an
+# encode takes warm; the hook encodes on the training thread).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return _ENCODER.encode(payload).encode()
+
+
+def _reject_constant(token: str) -> float:
+    # json.loads accepts NaN/Infinity by default; they are never valid here.
+    raise Rejected("bad_number", f"{token} is not a finite number")
+
+
+def validate(data: bytes) -> Snapshot:
+    """Parse and check one datagram; raises Rejected naming the reason and the offending key."""
+    if len(data) > MAX_DATAGRAM_BYTES:
+        raise Rejected("too_large", f"{len(data)} bytes > {MAX_DATAGRAM_BYTES}")
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except Rejected:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise Rejected("not_json", str(err)[:80]) from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_json", "top level is not an object")
+    version = obj.get("v")
+    if type(version) is not int or version != VERSION:
+        raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
+    _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
+                         "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
+          optional={"loader", "gpu", "kubernetes", "skipped_steps", "collective_dropped_timings"}, where="")
+    phases = _mapping(obj, "phase_seconds", HOST_PHASES, optional=(COLLECTIVE,))
+    buckets = obj["step_buckets"]
+    if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
+        raise Rejected("bad_schema", f"step_buckets: expected a list of {len(STEP_BUCKETS) + 1} counts")
+    snapshot = Snapshot(
+        job=_label(obj, "job", JOB_PATTERN),
+        rank=_int(obj, "rank", 0, MAX_RANK - 1),
+        local_rank=_int(obj, "local_rank", 0, MAX_RANK - 1),
+        world_size=_int(obj, "world_size", 1, MAX_RANK),
+        device=_label(obj, "device", DEVICE_PATTERN),
+        pid=_int(obj, "pid", 1, 1 << 31),
+        seq=_int(obj, "seq", 0, 1 << 62),
+        time=_number(obj, "time"),
+        dropped=_int(obj, "dropped", 0, 1 << 62),
+        steps=_int(obj, "steps", 0, 1 << 62),
+        samples=_number(obj, "samples"),
+        phase_seconds={name: _number(phases, name, "phase_seconds.") for name in HOST_PHASES},
+        step_buckets=tuple(_int({"b": b}, "b", 0, 1 << 62, "step_buckets[]") for b in buckets),
+        loader=_loader(obj["loader"]) if obj.get("loader") is not None else None,
+        gpu=_gpu(obj["gpu"]) if obj.get("gpu") is not None else None,
+        kubernetes=_kubernetes(obj["kubernetes"]) if obj.get("kubernetes") is not None else None,
+        collective_seconds=_number(phases, COLLECTIVE, "phase_seconds.") if COLLECTIVE in phases else None,
+        skipped_steps=_int(obj, "skipped_steps", 0, 1 << 62) if "skipped_steps" in obj else None,
+        collective_dropped_timings=_int(obj, "collective_dropped_timings", 0, 1 << 62)
+        if "collective_dropped_timings" in obj else None,
+    )
+    if sum(snapshot.step_buckets) != snapshot.steps:
+        raise Rejected("bad_number", "step_buckets do not add up to steps")
+    if snapshot.skipped_steps is not None and snapshot.skipped_steps > snapshot.steps:
+        raise Rejected("bad_number", "skipped_steps: more than steps")
+    return snapshot
+
+
+def _keys(obj: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:
+    missing = required - obj.keys()
+    if missing:
+        raise Rejected("bad_schema", f"{where}{sorted(missing)[0]}: missing")
+    unknown = obj.keys() - required - optional
+    if unknown:
+        raise Rejected("bad_schema", f"{where}{sorted(map(str, unknown))[0][:40]}: unknown key")
+
+
+def _mapping(obj: dict[str, Any], key: str, names: tuple[str, ...], where: str = "",
+             optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    value = obj[key]
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", f"{where}{key}: expected an object")
+    _keys(value, required=set(names), optional=set(optional), where=f"{where}{key}.")
+    return value
+
+
+def _number(obj: dict[str, Any], key: str, where: str = "") -> float:
+    value = obj[key]
+    if type(value) not in (int, float):
+        raise Rejected("bad_schema", f"{where}{key}: expected a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise Rejected("bad_number", f"{where}{key}: {value!r} is not a finite non-negative number")
+    return number
+
+
+def _int(obj: dict[str, Any], key: str, low: int, high: int, name: str | None = None) -> int:
+    value = obj[key]
+    name = name or key
+    if type(value) is not int:
+        raise Rejected("bad_schema", f"{name}: expected a whole number, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise Rejected("bad_number", f"{name}: {value} outside {low}..{high}")
+    return value
+
+
+def _bool(obj: dict[str, Any], key: str, where: str) -> bool:
+    value = obj[key]
+    if type(value) is not bool:
+        raise Rejected("bad_schema", f"{where}{key}: expected true or false")
+    return value
+
+
+def _label(obj: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise Rejected("bad_schema", f"{key}: expected a string")
+    if not pattern.fullmatch(value):
+        raise Rejected("bad_label", f"{key}: {value[:40]!r} is too long or has characters outside "
+                       "A-Za-z0-9_.:@+=/-")
+    return value
+
+
+def _optional_int(obj: dict[str, Any], key: str, where: str) -> int | None:
+    if obj[key] is None:
+        return None
+    return _int(obj, key, 0, 1 << 31, f"{where}{key}")
+
+
+def _loader(value: Any) -> LoaderSettings:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "loader: expected an object")
+    _keys(value, required={*LOADER_SETTINGS, "worker_pids"}, optional=set(), where="loader.")
+    pids = value["worker_pids"]
+    if not isinstance(pids, list) or len(pids) > MAX_WORKER_PIDS:
+        raise Rejected("bad_schema", f"loader.worker_pids: expected a list of at most {MAX_WORKER_PIDS} PIDs")
+    return LoaderSettings(
+        num_workers=_int(value, "num_workers", 0, 1 << 16, "loader.num_workers"),
+        pin_memory=_bool(value, "pin_memory", "loader."),
+        batch_size=_optional_int(value, "batch_size", "loader."),
+        prefetch_factor=_optional_int(value, "prefetch_factor", "loader."),
+        persistent_workers=_bool(value, "persistent_workers", "loader."),
+        worker_pids=tuple(_int({"p": p}, "p", 1, 1 << 31, "loader.worker_pids[]") for p in pids),
+    )
+
+
+def _gpu(value: Any) -> GpuTotals:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "gpu: expected an object")
+    _keys(value, required={"phase_seconds", "busy_seconds", "idle_seconds"},
+          optional={*GPU_MEMORY, "dropped_timings"}, where="gpu.")
+    phases = _mapping(value, "phase_seconds", GPU_PHASES, "gpu.")
+    return GpuTotals(
+        phase_seconds={name: _number(phases, name, "gpu.phase_seconds.") for name in GPU_PHASES},
+        busy_seconds=_number(value, "busy_seconds", "gpu."),
+        idle_seconds=_number(value, "idle_seconds", "gpu."),
+        memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
+        dropped_timings=_int(value, "dropped_timings", 0, 1 << 62, "gpu.dropped_timings")
+        if "dropped_timings" in value else None,
+    )
+
+
+def _kubernetes(value: Any) -> KubernetesIdentity:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", "kubernetes: expected an object")
+    _keys(value, required=set(), optional=set(KUBERNETES_PATTERNS), where="kubernetes.")
+    names = {}
+    for key, pattern in KUBERNETES_PATTERNS.items():
+        name = value.get(key, "")
+        if not isinstance(name, str):
+            raise Rejected("bad_schema", f"kubernetes.{key}: expected a string")
+        if name and not pattern.fullmatch(name):
+            raise Rejected("bad_label", f"kubernetes.{key}: {name[:40]!r} is not a Kubernetes name")
+        names[key] = name
+    return KubernetesIdentity(**names)
