@@ -199,8 +199,9 @@ def _loaded_after(statement: str) -> set[str]:
     return set(result.stdout.split())
 
 
+# The hook shares only bottleneck_exporter.wire with the receiver: nothing of push/, not even its __init__.
 DAEMON_ONLY = ("prometheus_client", "yaml", "bcrypt", "pynvml", "psutil", *(f"{PACKAGE}.{m}" for m in (
-    "collectors", "config", "parts", "status", "push.receiver", "push.settings", "heuristics", "cli", "web", "gpu")))
+    "collectors", "config", "parts", "status", "push", "heuristics", "cli", "web", "gpu")))
 
 
 def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
@@ -210,6 +211,7 @@ def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
 def test_importing_the_hook_pulls_in_nothing_only_the_daemon_needs() -> None:
     loaded = _loaded_after("import bottleneck_exporter.hook")
     assert "bottleneck_exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
+    assert "bottleneck_exporter.wire.schema" in loaded, "the hook no longer builds datagrams from wire.schema"
     assert not _daemon_modules(loaded, (*DAEMON_ONLY, "torch"))
 
 
