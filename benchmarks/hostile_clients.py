@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bottleneck_exporter.push.receiver import PushReceiver  # noqa: E402
 from bottleneck_exporter.push.settings import _SETTINGS  # noqa: E402
 from bottleneck_exporter.push.store import JobStore  # noqa: E402
-from bottleneck_exporter.wire.schema import encode  # noqa: E402
+from bottleneck_exporter.wire.encode import encode  # noqa: E402
 from tests.conftest import ExporterProcess  # noqa: E402
 from tests.test_receiver import full_payload, hook_payload  # noqa: E402
 
@@ -203,7 +203,7 @@ def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
 _SENDER = """
 import json, sys
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.wire.schema import encode
+from bottleneck_exporter.wire.encode import encode
 payload = json.loads(sys.argv[2])
 for seq in range(int(sys.argv[3])):
     payload["seq"] = seq + 1

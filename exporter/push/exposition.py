@@ -31,6 +31,7 @@ from bottleneck_exporter.wire.schema import (
     HOST_PHASES,
     JOB_LABEL,
     REASONS,
+    STEP,
     STEP_BUCKETS,
     GpuTotals,
     LoaderSettings,
@@ -123,7 +124,7 @@ class _RankFamilies:
         for bound, count in zip((*STEP_BUCKETS, float("inf")), snap.step_buckets, strict=True):
             cumulative += count
             buckets.append((_le(bound), float(cumulative)))
-        self.duration.add_metric(jr, buckets, sum_value=snap.phase_seconds["step"])
+        self.duration.add_metric(jr, buckets, sum_value=snap.phase_seconds[STEP])
         if snap.steps:
             self.last_step.add_metric(jr, snap.time)
 
