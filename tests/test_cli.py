@@ -192,6 +192,15 @@ def test_no_import_cycle_between_cli_diagnose_parts_and_status() -> None:
     assert not tangled, tangled
 
 
+def test_no_import_cycle_in_the_hook_or_the_wire_format() -> None:
+    # hook/collective.py and hook/collective_fsdp1.py once imported each other, one of them inside functions.
+    graph = _graph()
+    assert f"{PACKAGE}.hook.collective.clock" in graph[f"{PACKAGE}.hook.collective.fsdp1"], \
+        "the graph lost the edges it should see: the check would prove nothing"
+    tangled = [c for c in _cycles(graph) if any(m.startswith((f"{PACKAGE}.hook", f"{PACKAGE}.wire")) for m in c)]
+    assert not tangled, tangled
+
+
 def _loaded_after(statement: str) -> set[str]:
     code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bottleneck_exporter.config import ConfigError
-from bottleneck_exporter.hook.collective import CollectiveClock, GpuStopwatch
+from bottleneck_exporter.hook.collective.clock import CollectiveClock, GpuStopwatch
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.hook.transport import Transport

@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from bottleneck_exporter.hook import collective
+from bottleneck_exporter.hook.collective import attach as attach_collectives
+from bottleneck_exporter.hook.collective import enclosing_wrapper
+from bottleneck_exporter.hook.collective.clock import CollectiveClock
 from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.identity import identify
 from bottleneck_exporter.hook.timing import (
@@ -173,7 +175,7 @@ class Session:
         self.samples = samples
         self.device = "cpu"
         self.gpu: GpuTimer | None = None
-        self.collectives: collective.CollectiveClock | None = None
+        self.collectives: CollectiveClock | None = None
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -360,15 +362,15 @@ class Session:
         forward, ``find_wrapper`` looks on the stack for a DDP or FSDP1 wrapper the hook was not handed. When
         nothing wraps the model (none found there, or ``alone``: the caller knows), the FSDP1 modules inside it
         that no other contains are roots of their own, and theirs are timed."""
-        clock = self.collectives or collective.CollectiveClock()
+        clock = self.collectives or CollectiveClock()
         try:
             wrapper = None
             if find_wrapper and not alone:
-                wrapper = collective.enclosing_wrapper(model)
+                wrapper = enclosing_wrapper(model)
                 alone = wrapper is None
-            attached = collective.attach(clock, model, roots=alone)
+            attached = attach_collectives(clock, model, roots=alone)
             if not attached and wrapper is not None and wrapper is not model:
-                attached = collective.attach(clock, wrapper)
+                attached = attach_collectives(clock, wrapper)
             if attached:
                 self.collectives = clock
         except Exception:
