@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from bottleneck_exporter.collectors.base import Context, Option, parse_regex, register
+from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.kube.podresources import (
     DEFAULT_GPU_RESOURCES,
     DEFAULT_SOCKET,
@@ -32,6 +32,7 @@ from bottleneck_exporter.kube.podresources import (
     gpu_allocations,
     list_pod_resources,
 )
+from bottleneck_exporter.options import Option, parse_regex
 
 log = logging.getLogger(__name__)
 
