@@ -4,14 +4,19 @@ match for a misspelled flag or collector, errors naming the flag or the file and
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bottleneck_exporter.cli import build_parser
 from bottleneck_exporter.collectors import REGISTRY
+from bottleneck_exporter.config import ConfigError, option_values
+from bottleneck_exporter.options import parse_duration
+from bottleneck_exporter.push import settings as push_settings
 from tests.conftest import PACKAGE, ROOT
 
 
@@ -44,7 +49,8 @@ def test_help_groups_the_flags_by_what_they_configure() -> None:
 
 def test_help_prints_defaults_as_a_user_would_type_them() -> None:
     text = build_parser().format_help()
-    for shown in ("(default: 0660)", "(default: 10m)", "(default: :9847)", "(default: on)", "(default: 32)",
+    for shown in ("(default: 0660)", "(default: 10m)", "(default: 15s)", "(default: 2s)", "(default: :9847)",
+                  "(default: on)", "(default: 32)",
                   r"(default: ^(z?ram|loop|fd|sr)\d+$)"):
         assert shown in " ".join(text.split()), shown
     for python_value in ("0o", "None", "\\\\", "(default: '", "(default: False)", "(default: True)", "600.0"):
@@ -81,6 +87,8 @@ def test_an_invalid_choice_gets_the_closest_one() -> None:
     ("collectors:\n  gpu:\n    max-processes: 0\n", "collectors.gpu.max-processes: expected a positive"),
     ("push:\n  max-job: 3\n", "push.max-job: unknown setting"),
     ("push:\n  job-expiry: soon\n", "push.job-expiry: expected a duration"),
+    ("collectors:\n  kubernetes:\n    timeout: 2h\n",
+     "collectors.kubernetes.timeout: expected a duration of at most 1h"),
     ("colectors: {}\n",
      "colectors: unknown top-level key (known: collectors, push, status); did you mean 'collectors'?"),
 ])
@@ -96,6 +104,57 @@ def test_a_bad_flag_value_names_the_flag() -> None:
     result = _run("--collector.gpu.max-processes=0", "--web.listen-address=127.0.0.1:0")
     assert result.returncode == 2
     assert "error: --collector.gpu.max-processes: expected a positive whole number, got '0'" in result.stderr
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("1h30m", 5400), ("10m", 600), ("90s", 90), ("500ms", 0.5), ("2d", 172800), ("1w", 604800), ("1y", 31536000),
+    ("1.5h", 5400), ("0.5s", 0.5), ("30", 30), (" 10m ", 600), ("0", 0), (2, 2), (0.25, 0.25),
+])
+def test_a_duration_is_written_as_prometheus_writes_it(value: Any, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["", "soon", "10x", "30m1h", "1h1h", "10 m", "-1s", "1e3", "inf", ".5s", True])
+def test_anything_else_is_not_a_duration(value: Any) -> None:
+    with pytest.raises(ValueError, match="expected a duration like 1h30m, 10m, 90s or 500ms"):
+        parse_duration(value)
+
+
+# Every flag that takes a duration (and its config key, resolved by the same parser).
+DURATION_FLAGS = ("--push.job-expiry", "--collector.kubernetes.timeout", "--collector.kubernetes.refresh-interval",
+                  "--web.status-interval")
+
+
+def _duration_flag(flag: str, value: str) -> float:
+    """``flag=value`` as the exporter resolves it, in seconds."""
+    args = build_parser().parse_args([f"{flag}={value}"])
+    if flag == "--web.status-interval":
+        return float(args.status_interval)
+    prefix, name = flag[2:].rsplit(".", 1)
+    if prefix == "push":
+        return float(push_settings.settings(args, {})[name])
+    collector = prefix.removeprefix("collector.")
+    values, _ = option_values(REGISTRY[collector].options, {}, f"collectors.{collector}", args, prefix,
+                              prefix.replace(".", "_"))
+    return float(values[name])
+
+
+@pytest.mark.parametrize("flag", DURATION_FLAGS)
+@pytest.mark.parametrize(("value", "seconds"), [("1h", 3600), ("1m30s", 90), ("500ms", 0.5), ("0.5s", 0.5),
+                                                ("30", 30)])
+def test_every_duration_flag_takes_the_one_syntax(flag: str, value: str, seconds: float) -> None:
+    assert _duration_flag(flag, value) == seconds
+
+
+@pytest.mark.parametrize("flag", DURATION_FLAGS)
+def test_a_duration_flag_refuses_another_syntax_naming_itself(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if flag == "--web.status-interval":  # an argparse flag: argparse names it
+        with pytest.raises(SystemExit):
+            _duration_flag(flag, "30m1h")
+        assert f"argument {flag}: expected a duration like 1h30m" in capsys.readouterr().err
+    else:
+        with pytest.raises(ConfigError, match=f"^{re.escape(flag)}: expected a duration like 1h30m"):
+            _duration_flag(flag, "30m1h")
 
 
 def test_diagnose_help_shows_examples() -> None:

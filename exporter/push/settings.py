@@ -24,7 +24,7 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from bottleneck_exporter.config import ConfigError, add_option_flags, section_values
-from bottleneck_exporter.options import Option, parse_bool, parse_mode, parse_positive_int
+from bottleneck_exporter.options import Option, parse_bool, parse_mode, parse_positive_int, positive_duration
 from bottleneck_exporter.training.registry import TrainingRegistry
 from bottleneck_exporter.wire.paths import DEFAULT_SOCKET, socket_candidates
 
@@ -147,17 +147,6 @@ def _parse_udp(value: Any) -> tuple[str, int]:
     return host, port
 
 
-def _parse_duration(value: Any) -> float:
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", text)
-    if not match:
-        raise ValueError(f"expected a duration like 90s, 10m or 1h, got {value!r}")
-    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"expected a positive duration, got {value!r}")
-    return seconds
-
-
 # The push receiver's options, registered like a collector's (``bottleneck_exporter.options.Option``) and
 # resolved by the same precedence (``bottleneck_exporter.config.option_values``): flags ``--push.<name>``, YAML
 # ``push.<name>``. Bounds sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes,
@@ -181,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("job-expiry", "10m",
            "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
            "process still runs (a hung trainer stays visible until it exits)",
-           parse=_parse_duration),
+           parse=positive_duration()),
     Option("max-jobs", 8, "Training jobs tracked at once; more are counted and dropped", parse=parse_positive_int),
     Option("max-ranks-per-job", 16, "Ranks tracked per job; more are counted and dropped",
            parse=parse_positive_int),
