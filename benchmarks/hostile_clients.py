@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bottleneck_exporter.push.receiver import PushReceiver  # noqa: E402
-from bottleneck_exporter.push.settings import _SETTINGS  # noqa: E402
+from bottleneck_exporter.push.settings import OPTIONS  # noqa: E402
 from bottleneck_exporter.push.store import JobStore  # noqa: E402
 from bottleneck_exporter.wire.encode import encode  # noqa: E402
 from tests.conftest import ExporterProcess  # noqa: E402
@@ -74,7 +74,7 @@ def threads(pid: int) -> int:
 
 
 def probe_bounds() -> None:
-    defaults = {key: default for key, _, default, _ in _SETTINGS}
+    defaults = {option.name: option.default for option in OPTIONS}
     rx = PushReceiver(JobStore(defaults["max-jobs"], defaults["max-ranks-per-job"], 600.0))
     for job in range(defaults["max-jobs"] * 2):
         for rank in range(defaults["max-ranks-per-job"] * 2):
