@@ -48,11 +48,10 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bottleneck_exporter.cli import build_parser  # noqa: E402
 from bottleneck_exporter.push.receiver import PushReceiver  # noqa: E402
-from bottleneck_exporter.push.schema import encode  # noqa: E402
-from bottleneck_exporter.push.settings import settings  # noqa: E402
+from bottleneck_exporter.push.settings import OPTIONS  # noqa: E402
 from bottleneck_exporter.push.store import JobStore  # noqa: E402
+from bottleneck_exporter.wire.encode import encode  # noqa: E402
 from tests.conftest import ExporterProcess  # noqa: E402
 from tests.datagrams import full_payload, hook_payload  # noqa: E402
 
@@ -78,7 +77,7 @@ def threads(pid: int) -> int:
 
 
 def probe_bounds() -> None:
-    defaults = settings(build_parser().parse_args([]), {})
+    defaults = {option.name: option.default for option in OPTIONS}
     rx = PushReceiver(JobStore(defaults["max-jobs"], defaults["max-ranks-per-job"], 600.0))
     for job in range(defaults["max-jobs"] * 2):
         for rank in range(defaults["max-ranks-per-job"] * 2):
@@ -264,7 +263,7 @@ def probe_addresses(addresses: int = 12, newcomers: int = 10) -> None:
 _SENDER = """
 import json, sys
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.schema import encode
+from bottleneck_exporter.wire.encode import encode
 payload = json.loads(sys.argv[2])
 for seq in range(int(sys.argv[3])):
     payload["seq"] = seq + 1

@@ -25,6 +25,7 @@ from prometheus_client.process_collector import ProcessCollector
 from bottleneck_exporter import __version__, parts
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.config import ConfigError, Parser, load_yaml
+from bottleneck_exporter.options import argument_type, format_duration, positive_duration
 from bottleneck_exporter.parts import build_collectors
 from bottleneck_exporter.status import Status, logs
 from bottleneck_exporter.status import peers as status_peers
@@ -74,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                      f"(default: {DEFAULT_MAX_REQUESTS})")
     web.add_argument("--web.disable-exporter-metrics", dest="disable_exporter_metrics", action="store_true",
                      help="Leave out the exporter's own process_* and python_* metrics")
-    web.add_argument("--web.status-interval", dest="status_interval", type=_positive_seconds,
-                     default=DEFAULT_STATUS_INTERVAL, metavar="SECONDS",
-                     help="The status page samples the exporter itself when nothing scraped it for this long "
-                     f"(default: {DEFAULT_STATUS_INTERVAL:g})")
+    web.add_argument("--web.status-interval", dest="status_interval",
+                     type=argument_type(positive_duration(3600)), default=DEFAULT_STATUS_INTERVAL,
+                     metavar="DURATION", help="The status page samples the exporter itself when nothing scraped it "
+                     f"for this long, at most 1h (default: {format_duration(DEFAULT_STATUS_INTERVAL)})")
     parts.add_arguments(parser)
     status_peers.add_arguments(parser)
     logging_group = parser.add_argument_group("logging")
@@ -93,16 +94,6 @@ def _max_requests(value: str) -> int:
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number (0 = no limit), got {value!r}")
     return int(value)
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 15, got {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text!r}")
-    return value
 
 
 def run_exporter(argv: Sequence[str]) -> int:

@@ -26,7 +26,8 @@ from typing import Any, NoReturn
 
 import yaml
 
-from bottleneck_exporter.collectors.base import Option, Registration, parse_bool
+from bottleneck_exporter.collectors.base import Registration
+from bottleneck_exporter.options import Option, parse_bool
 
 
 class ConfigError(ValueError):

@@ -40,6 +40,7 @@ from bottleneck_exporter.heuristics import (
     parse_sets,
     resolve,
 )
+from bottleneck_exporter.options import argument_type, positive_duration
 from bottleneck_exporter.verdicts.evaluation import evaluate, exporter_job
 from bottleneck_exporter.verdicts.peers import (
     DEFAULT_URLS,
@@ -58,6 +59,9 @@ from bottleneck_exporter.verdicts.prometheus import PrometheusClient, judge
 from bottleneck_exporter.verdicts.report import Report, render_json, render_text, sampled
 from bottleneck_exporter.verdicts.sampling import PEER_TIMEOUT, HttpSource, InProcessSource, Sampler, Source
 from bottleneck_exporter.verdicts.scrape import Unreachable
+
+# Flags that take a duration: the exporter's syntax (README, "Durations"), longer than zero.
+DURATION = argument_type(positive_duration())
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
@@ -93,17 +97,17 @@ def build_parser() -> Parser:
         help="the rule bundle matching the exporters, e.g. node-exporter where node_exporter provides the host "
         "series (default: with --prometheus.url bottleneck; standalone, the bundle the exporters given feed: "
         "bottleneck, node-exporter with --node-exporter.url, node-exporter-dcgm with both; docs/runbook.md#bundles)")
-    add("--prometheus.timeout", dest="timeout", type=float, default=30.0, metavar="SECONDS",
-        help="per-query timeout (default: 30)")
+    add("--prometheus.timeout", dest="timeout", type=DURATION, default=30.0, metavar="DURATION",
+        help="per-query timeout (default: 30s)")
     add("--exporter.url", dest="exporter_url", metavar="URL",
         help=f"standalone: sample this running exporter (default: {DEFAULT_EXPORTER_URL} when it answers, "
         "else the collectors and push receiver in this process)")
     add_url_flags(parser, lambda source: f"standalone: also sample {PEER_NAMES[source]} here, e.g. "
                   f"{DEFAULT_URLS[source]}")
-    add("--window", type=float, default=60.0, metavar="SECONDS",
-        help="standalone: how long to sample (default: 60)")
-    add("--interval", type=float, default=5.0, metavar="SECONDS",
-        help="standalone: seconds between samples (default: 5)")
+    add("--window", type=DURATION, default=60.0, metavar="DURATION",
+        help="standalone: how long to sample, e.g. 60s or 5m (default: 1m)")
+    add("--interval", type=DURATION, default=5.0, metavar="DURATION",
+        help="standalone: time between samples (default: 5s)")
     add("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
         help="override a rule parameter, e.g. --set data_wait_ratio=0.3 (see docs/runbook.md#parameters)")
     add("--severity", choices=list(reversed(SEVERITIES)), default="info",
@@ -170,8 +174,6 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        if args.window <= 0 or args.interval <= 0:
-            raise CatalogueError("--window and --interval must be positive")
         overrides: dict[str, object] = dict(parse_sets(args.sets))
         if args.prometheus_url and rest:
             raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")

@@ -25,11 +25,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from bottleneck_exporter.collectors import REGISTRY, Collector, Context, Option
+from bottleneck_exporter.collectors import REGISTRY, Collector, Context
 from bottleneck_exporter.collectors.coexistence import PRESETS, Preset
 from bottleneck_exporter.config import add_option_flags, collector_settings, option_values
-from bottleneck_exporter.push import add_arguments as add_push_arguments
-from bottleneck_exporter.push import build_receiver
+from bottleneck_exporter.options import Option
+from bottleneck_exporter.push.settings import add_arguments as add_push_arguments
+from bottleneck_exporter.push.settings import build_receiver
 from bottleneck_exporter.training.registry import TrainingRegistry
 
 PUSH = "push"

@@ -76,8 +76,9 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
 
 def wait_http(url: str, timeout: float = 20.0, **kwargs: object) -> requests.Response:
     """The first answer of ``url``, whatever its status, once it listens."""
-    return wait_until(lambda: requests.get(url, timeout=2, **kwargs),  # type: ignore[arg-type]
-                      timeout, f"{url} to answer", interval=0.1, ignoring=(requests.RequestException,))
+    # In a list: a Response is falsy for an error status, and any status is an answer here.
+    return wait_until(lambda: [requests.get(url, timeout=2, **kwargs)],  # type: ignore[arg-type]
+                      timeout, f"{url} to answer", interval=0.1, ignoring=(requests.RequestException,))[0]
 
 
 class ExporterProcess:

@@ -9,7 +9,7 @@ from typing import Any
 
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
-from bottleneck_exporter.push.schema import Snapshot, validate
+from bottleneck_exporter.wire.schema import Snapshot, validate
 
 
 def received(sock: socket.socket) -> list[Snapshot]:

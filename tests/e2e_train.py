@@ -125,11 +125,11 @@ def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, obj
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     session = Session.of(model, local)
     clock = session.collectives if session is not None else None
-    from bottleneck_exporter.hook import collective_fsdp, collective_fsdp1
+    from bottleneck_exporter.hook.collective import fsdp1, fsdp2
 
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
             "collective_seconds": clock.seconds() if clock is not None else None,
-            "fsdp_launches": collective_fsdp.launches(model), "fsdp1_launches": collective_fsdp1.launches(model),
+            "fsdp_launches": fsdp2.launches(model), "fsdp1_launches": fsdp1.launches(model),
             "step_seconds": session.clock.totals().step_seconds if session is not None else None,
             # The parameters after the steps: the same with the hook as without it (its reductions are the
             # framework's own arithmetic).

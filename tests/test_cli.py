@@ -4,14 +4,19 @@ match for a misspelled flag or collector, errors naming the flag or the file and
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bottleneck_exporter.cli import build_parser
 from bottleneck_exporter.collectors import REGISTRY
+from bottleneck_exporter.config import ConfigError, option_values
+from bottleneck_exporter.options import parse_duration
+from bottleneck_exporter.push import settings as push_settings
 from tests.conftest import PACKAGE, ROOT
 
 
@@ -44,7 +49,8 @@ def test_help_groups_the_flags_by_what_they_configure() -> None:
 
 def test_help_prints_defaults_as_a_user_would_type_them() -> None:
     text = build_parser().format_help()
-    for shown in ("(default: 0660)", "(default: 10m)", "(default: :9847)", "(default: on)", "(default: 32)",
+    for shown in ("(default: 0660)", "(default: 10m)", "(default: 15s)", "(default: 2s)", "(default: :9847)",
+                  "(default: on)", "(default: 32)",
                   r"(default: ^(z?ram|loop|fd|sr)\d+$)"):
         assert shown in " ".join(text.split()), shown
     for python_value in ("0o", "None", "\\\\", "(default: '", "(default: False)", "(default: True)", "600.0"):
@@ -81,6 +87,8 @@ def test_an_invalid_choice_gets_the_closest_one() -> None:
     ("collectors:\n  gpu:\n    max-processes: 0\n", "collectors.gpu.max-processes: expected a positive"),
     ("push:\n  max-job: 3\n", "push.max-job: unknown setting"),
     ("push:\n  job-expiry: soon\n", "push.job-expiry: expected a duration"),
+    ("collectors:\n  kubernetes:\n    timeout: 2h\n",
+     "collectors.kubernetes.timeout: expected a duration of at most 1h"),
     ("colectors: {}\n",
      "colectors: unknown top-level key (known: collectors, push, status); did you mean 'collectors'?"),
 ])
@@ -98,12 +106,63 @@ def test_a_bad_flag_value_names_the_flag() -> None:
     assert "error: --collector.gpu.max-processes: expected a positive whole number, got '0'" in result.stderr
 
 
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("1h30m", 5400), ("10m", 600), ("90s", 90), ("500ms", 0.5), ("2d", 172800), ("1w", 604800), ("1y", 31536000),
+    ("1.5h", 5400), ("0.5s", 0.5), ("30", 30), (" 10m ", 600), ("0", 0), (2, 2), (0.25, 0.25),
+])
+def test_a_duration_is_written_as_prometheus_writes_it(value: Any, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["", "soon", "10x", "30m1h", "1h1h", "10 m", "-1s", "1e3", "inf", ".5s", True])
+def test_anything_else_is_not_a_duration(value: Any) -> None:
+    with pytest.raises(ValueError, match="expected a duration like 1h30m, 10m, 90s or 500ms"):
+        parse_duration(value)
+
+
+# Every flag that takes a duration (and its config key, resolved by the same parser).
+DURATION_FLAGS = ("--push.job-expiry", "--collector.kubernetes.timeout", "--collector.kubernetes.refresh-interval",
+                  "--web.status-interval")
+
+
+def _duration_flag(flag: str, value: str) -> float:
+    """``flag=value`` as the exporter resolves it, in seconds."""
+    args = build_parser().parse_args([f"{flag}={value}"])
+    if flag == "--web.status-interval":
+        return float(args.status_interval)
+    prefix, name = flag[2:].rsplit(".", 1)
+    if prefix == "push":
+        return float(push_settings.settings(args, {})[name])
+    collector = prefix.removeprefix("collector.")
+    values, _ = option_values(REGISTRY[collector].options, {}, f"collectors.{collector}", args, prefix,
+                              prefix.replace(".", "_"))
+    return float(values[name])
+
+
+@pytest.mark.parametrize("flag", DURATION_FLAGS)
+@pytest.mark.parametrize(("value", "seconds"), [("1h", 3600), ("1m30s", 90), ("500ms", 0.5), ("0.5s", 0.5),
+                                                ("30", 30)])
+def test_every_duration_flag_takes_the_one_syntax(flag: str, value: str, seconds: float) -> None:
+    assert _duration_flag(flag, value) == seconds
+
+
+@pytest.mark.parametrize("flag", DURATION_FLAGS)
+def test_a_duration_flag_refuses_another_syntax_naming_itself(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if flag == "--web.status-interval":  # an argparse flag: argparse names it
+        with pytest.raises(SystemExit):
+            _duration_flag(flag, "30m1h")
+        assert f"argument {flag}: expected a duration like 1h30m" in capsys.readouterr().err
+    else:
+        with pytest.raises(ConfigError, match=f"^{re.escape(flag)}: expected a duration like 1h30m"):
+            _duration_flag(flag, "30m1h")
+
+
 def test_diagnose_help_shows_examples() -> None:
     result = _run("diagnose", "--help")
     assert result.returncode == 0
     assert "examples:" in result.stdout
     assert "bottleneck-exporter diagnose --prometheus.url=http://prometheus:9090" in result.stdout
-    assert "(default: 60)" in result.stdout and "60.0" not in result.stdout
+    assert "(default: 1m)" in result.stdout and "60.0" not in result.stdout
 
 
 def test_a_misspelled_diagnose_flag_gets_diagnose_s_own_flag() -> None:
@@ -227,6 +286,15 @@ def test_the_daemon_never_imports_the_scenario_table() -> None:
     assert not _daemon_modules(loaded, TEST_DATA)
 
 
+def test_no_import_cycle_in_the_hook_or_the_wire_format() -> None:
+    # hook/collective.py and hook/collective_fsdp1.py once imported each other, one of them inside functions.
+    graph = _graph()
+    assert f"{PACKAGE}.hook.collective.clock" in graph[f"{PACKAGE}.hook.collective.fsdp1"], \
+        "the graph lost the edges it should see: the check would prove nothing"
+    tangled = [c for c in _cycles(graph) if any(m.startswith((f"{PACKAGE}.hook", f"{PACKAGE}.wire")) for m in c)]
+    assert not tangled, tangled
+
+
 def _loaded_after(statement: str) -> set[str]:
     code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -234,8 +302,9 @@ def _loaded_after(statement: str) -> set[str]:
     return set(result.stdout.split())
 
 
+# The hook shares only bottleneck_exporter.wire with the receiver: nothing of push/, not even its __init__.
 DAEMON_ONLY = ("prometheus_client", "yaml", "bcrypt", "pynvml", "psutil", *(f"{PACKAGE}.{m}" for m in (
-    "collectors", "config", "parts", "status", "push.receiver", "push.settings", "heuristics", "cli", "web", "gpu")))
+    "collectors", "config", "parts", "status", "push", "heuristics", "cli", "web", "gpu")))
 
 
 def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
@@ -245,6 +314,7 @@ def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
 def test_importing_the_hook_pulls_in_nothing_only_the_daemon_needs() -> None:
     loaded = _loaded_after("import bottleneck_exporter.hook")
     assert "bottleneck_exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
+    assert "bottleneck_exporter.wire.schema" in loaded, "the hook no longer builds datagrams from wire.schema"
     assert not _daemon_modules(loaded, (*DAEMON_ONLY, "torch"))
 
 

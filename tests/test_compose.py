@@ -19,7 +19,7 @@ import yaml
 
 from bottleneck_exporter.cli import DEFAULT_PORT, build_parser
 from bottleneck_exporter.heuristics.catalogue import resolve
-from bottleneck_exporter.push.paths import DEFAULT_SOCKET
+from bottleneck_exporter.wire.paths import DEFAULT_SOCKET
 from tests.conftest import ROOT, require_tool
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"

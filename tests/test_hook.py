@@ -23,7 +23,8 @@ from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.schema import encode, validate
+from bottleneck_exporter.wire.encode import encode
+from bottleneck_exporter.wire.schema import validate
 from tests.conftest import wait_until
 from tests.datagrams import exported, received
 

@@ -22,7 +22,7 @@ from bottleneck_exporter.hook.timing import (
     STEP_END,
     StepClock,
 )
-from bottleneck_exporter.push.schema import STEP_BUCKETS
+from bottleneck_exporter.wire.schema import STEP_BUCKETS
 
 pytestmark = pytest.mark.torch
 

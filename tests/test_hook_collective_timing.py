@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bottleneck_exporter.hook.collective import (
+from bottleneck_exporter.hook.collective.clock import (
     GPU,
     HOST,
     CollectiveClock,
@@ -206,7 +206,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
     """NCCL events the GPU never reached in time: the intervals given up travel in the datagram and become
     bottleneck_train_collective_timings_dropped_total, so a missing share of the collective phase is visible."""
     from bottleneck_exporter.hook.session import Session
-    from bottleneck_exporter.push.schema import validate
+    from bottleneck_exporter.wire.schema import validate
     from tests.datagrams import exported
 
     clock, watch, gpu = gpu_stopwatch(max_pending=8)
@@ -224,7 +224,7 @@ def test_collective_timings_given_up_are_sent_and_exported_not_only_counted() ->
 def test_host_timed_collectives_send_no_dropped_count() -> None:
     """gloo's host stopwatch never gives anything up: its datagram has no such field (and no series)."""
     from bottleneck_exporter.hook.session import Session
-    from bottleneck_exporter.push.schema import validate
+    from bottleneck_exporter.wire.schema import validate
 
     clock = CollectiveClock()
     HostStopwatch(clock).stop(HostStopwatch(clock).start())
@@ -238,7 +238,7 @@ def test_host_timed_collectives_send_no_dropped_count() -> None:
 def test_a_clock_nobody_reads_stays_bounded() -> None:
     """No datagram folds it (address off, or a closed session whose DDP hook stays registered): recording
     folds the log itself, and nothing is lost."""
-    from bottleneck_exporter.hook.collective import LOG_LIMIT
+    from bottleneck_exporter.hook.collective.clock import LOG_LIMIT
 
     clock = CollectiveClock()
     watch = HostStopwatch(clock)
@@ -460,7 +460,7 @@ def test_lightning_times_the_fsdp1_roots_its_trainer_runs_and_only_those(one_ran
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from bottleneck_exporter.hook import collective_fsdp1
+    from bottleneck_exporter.hook.collective import fsdp1
     from bottleneck_exporter.hook.lightning import BottleneckCallback
 
     cpu = torch.device("cpu")
@@ -472,10 +472,10 @@ def test_lightning_times_the_fsdp1_roots_its_trainer_runs_and_only_those(one_ran
     session = callback.session
     assert session is not None and session.collectives is not None
     roots = [trainer_model] if wrapped else [module[0], module[2]]
-    assert [m for m in trainer_model.modules() if collective_fsdp1._ATTACHED in m.__dict__] == roots
+    assert [m for m in trainer_model.modules() if fsdp1._ATTACHED in m.__dict__] == roots
 
     trainer_model(torch.randn(4, 8)).sum().backward()
-    assert collective_fsdp1.launches(trainer_model)["reduce"] > 0
+    assert fsdp1.launches(trainer_model)["reduce"] > 0
     assert session.collectives.seconds() > 0
     session.close()
 
@@ -486,13 +486,13 @@ def test_layers_under_a_root_that_ran_are_never_taken_for_roots(one_rank: None) 
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from bottleneck_exporter.hook import collective_fsdp1
+    from bottleneck_exporter.hook.collective import fsdp1
 
     cpu = torch.device("cpu")
     module = torch.nn.Sequential(FullyShardedDataParallel(torch.nn.Linear(8, 8), device_id=cpu), torch.nn.ReLU(),
                                  FullyShardedDataParallel(torch.nn.Linear(8, 1), device_id=cpu))
     root = FullyShardedDataParallel(module, device_id=cpu)
-    assert collective_fsdp1._outermost(module, FullyShardedDataParallel) == [module[0], module[2]]
+    assert fsdp1._outermost(module, FullyShardedDataParallel) == [module[0], module[2]]
     root(torch.randn(4, 8)).sum().backward()
-    assert not collective_fsdp1.attach_roots(Stopwatches(CollectiveClock(), backend_of), module)
-    assert not any(collective_fsdp1._ATTACHED in m.__dict__ for m in root.modules())
+    assert not fsdp1.attach_roots(Stopwatches(CollectiveClock(), backend_of), module)
+    assert not any(fsdp1._ATTACHED in m.__dict__ for m in root.modules())

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bottleneck_exporter import diagnose
-from bottleneck_exporter.push.schema import validate
+from bottleneck_exporter.wire.schema import validate
 from tests.conftest import ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bottleneck_exporter.hook.identity import identify, job_name
-from bottleneck_exporter.push.schema import JOB_PATTERN
+from bottleneck_exporter.wire.schema import JOB_PATTERN
 
 
 @pytest.mark.parametrize(("env", "expected"), [

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import DATA_WAIT, FORWARD, OPTIMIZER, Totals
-from bottleneck_exporter.push.schema import validate
+from bottleneck_exporter.wire.schema import validate
 from tests.datagrams import received
 
 pytestmark = pytest.mark.torch

@@ -1,4 +1,4 @@
-"""The hook sends only into a socket directory that no other user can have planted (bottleneck_exporter.push.paths).
+"""The hook sends only into a socket directory that no other user can have planted (bottleneck_exporter.wire.paths).
 
 Runs as root (as CI does) to hand directories to other uids, the way another user on the node would own them.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from bottleneck_exporter.hook import transport as transport_module
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.paths import untrusted_directory
+from bottleneck_exporter.wire.paths import untrusted_directory
 
 OTHER_UID = 65534  # nobody: stands for another user of the node
 

@@ -15,8 +15,9 @@ from bottleneck_exporter.hook.identity import identify, kubernetes_identity
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.push.receiver import PushReceiver
-from bottleneck_exporter.push.schema import MAX_DATAGRAM_BYTES, Rejected, encode, validate
 from bottleneck_exporter.push.store import JobStore
+from bottleneck_exporter.wire.encode import encode
+from bottleneck_exporter.wire.schema import MAX_DATAGRAM_BYTES, Rejected, validate
 
 POD_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": "bert-worker-3", "POD_NAMESPACE": "ml",
            "CONTAINER_NAME": "trainer"}

@@ -24,8 +24,8 @@ import yaml
 from bottleneck_exporter.cli import build_parser
 from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
-from bottleneck_exporter.push.paths import DEFAULT_SOCKET
 from bottleneck_exporter.web.server import parse_listen_address
+from bottleneck_exporter.wire.paths import DEFAULT_SOCKET
 from tests.conftest import FIXTURES, ROOT, require_tool
 from tests.kustomize import KUBERNETES, by_kind, render
 

@@ -7,6 +7,7 @@ against each other rather than against a copy of the schema.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -27,13 +28,18 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bottleneck_exporter.config import ConfigError
+from bottleneck_exporter.hook.collective.clock import CollectiveClock, GpuStopwatch
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.push import settings as push_settings
 from bottleneck_exporter.push.liveness import ProcessTable
 from bottleneck_exporter.push.receiver import PushReceiver
-from bottleneck_exporter.push.schema import JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, encode, validate
 from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.wire import schema
+from bottleneck_exporter.wire.encode import encode
+from bottleneck_exporter.wire.schema import GPU_MEMORY, JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, validate
 from tests.conftest import require_tool, wait_until
 from tests.datagrams import full_payload, hook_payload
 
@@ -67,6 +73,49 @@ def test_hook_datagram_is_accepted_and_exposed():
     assert all(sample(rx, "bottleneck_push_rejected_total", reason=r) == 0 for r in REASONS)
     # No GPU in the datagram: no GPU series rather than zeros.
     assert sample(rx, "bottleneck_train_gpu_busy_seconds_total", training_job="job-a", rank="0") is None
+
+
+class _DoneEvent:
+    """A CUDA event the GPU has always passed, 1 ms after the one before."""
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: Any) -> float:
+        return 1.0
+
+
+def test_the_hook_writes_every_key_the_schema_declares_and_no_other():
+    """The keys are declared once, in wire.schema: a key the receiver would accept that the hook never writes (or
+    one the hook writes that the schema does not name) is the two sides drifting apart."""
+    session = Session(job="every-key", address="off", samples=1, gpu_event_factory=_DoneEvent)
+    session.identity = dataclasses.replace(session.identity, kubernetes={"namespace": "ml", "pod": "p-0"})
+    session.loader = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 2,
+                      "persistent_workers": False}
+    session.skips_counted = True
+    session.collectives = CollectiveClock()
+    session.collectives.gpu = GpuStopwatch(session.collectives, _DoneEvent)
+    session._cuda_memory = lambda: dict.fromkeys(GPU_MEMORY, 1.0)
+    for _ in range(2):
+        for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
+            session.mark(phase)
+        session.end_step()
+    data = session._datagram()
+    session.close()
+
+    validate(data)
+    payload = json.loads(data)
+    assert set(payload) == {*schema.KEYS, *schema.OPTIONAL_KEYS}
+    assert list(payload["phase_seconds"]) == [*schema.HOST_PHASES, schema.COLLECTIVE]
+    assert set(payload["gpu"]) == {*schema.GPU_KEYS, *schema.GPU_OPTIONAL_KEYS}
+    assert list(payload["gpu"]["phase_seconds"]) == list(schema.GPU_PHASES)
+    assert list(payload["loader"]) == list(schema.LOADER_KEYS)
+    # The hook numbers the phases of a step as the schema lists them.
+    assert [schema.STEP_PHASES[i] for i in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER)] == \
+        ["data_wait", "forward", "backward", "optimizer"]
 
 
 def _set(path: str, value: Any) -> Any:
@@ -284,7 +333,8 @@ def test_silent_job_expires_and_its_process_is_forgotten():
 _SILENT_TRAINER = """
 import json, os, sys
 from bottleneck_exporter.hook.transport import Transport
-from bottleneck_exporter.push.schema import encode
+from bottleneck_exporter.wire import schema
+from bottleneck_exporter.wire.encode import encode
 payload = json.loads(sys.argv[2])
 payload["pid"] = os.getpid()
 print("sent" if Transport(sys.argv[1]).send(encode(payload)) else "not sent", flush=True)

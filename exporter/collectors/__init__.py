@@ -9,7 +9,7 @@ export, and the presets that leave it to them).
 import importlib
 import pkgutil
 
-from bottleneck_exporter.collectors.base import REGISTRY, Collector, Context, Option, Registration, register
+from bottleneck_exporter.collectors.base import REGISTRY, Collector, Context, Registration, register
 
 _NOT_COLLECTORS = ("base", "coexistence", "devicefilter", "orchestrator")
 
@@ -17,4 +17,4 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _NOT_COLLECTORS:
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["REGISTRY", "Collector", "Context", "Option", "Registration", "register"]
+__all__ = ["REGISTRY", "Collector", "Context", "Registration", "register"]

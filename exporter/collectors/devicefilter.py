@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bottleneck_exporter.collectors.base import Option, parse_regex
+from bottleneck_exporter.options import Option, parse_regex
 
 
 def device_filter_options(default_exclude: str, noun: str, include_adds: str) -> tuple[Option, Option]:

@@ -29,7 +29,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from bottleneck_exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, register
+from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE
 from bottleneck_exporter.gpu.backend import (
     VIOLATION_POLICIES,
@@ -41,6 +41,7 @@ from bottleneck_exporter.gpu.backend import (
 )
 from bottleneck_exporter.gpu.guard import FieldGuard
 from bottleneck_exporter.gpu.samples import UtilizationHistogram
+from bottleneck_exporter.options import Option, parse_bool, parse_positive_int
 from bottleneck_exporter.procfs import read_text
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from bottleneck_exporter.collectors.base import Context, Option, parse_regex, register
+from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.kube.podresources import (
     DEFAULT_GPU_RESOURCES,
     DEFAULT_SOCKET,
@@ -32,19 +32,9 @@ from bottleneck_exporter.kube.podresources import (
     gpu_allocations,
     list_pod_resources,
 )
+from bottleneck_exporter.options import Option, parse_regex, positive_duration
 
 log = logging.getLogger(__name__)
-
-
-def parse_seconds(value: Any) -> float:
-    text = str(value).strip().removesuffix("s")
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ValueError(f"expected seconds (e.g. 2 or 0.5s), got {value!r}") from None
-    if not 0 < seconds <= 3600:
-        raise ValueError(f"expected seconds between 0 and 3600, got {value!r}")
-    return seconds
 
 
 @register(
@@ -53,9 +43,9 @@ def parse_seconds(value: Any) -> float:
     "off Kubernetes).",
     options=(
         Option("pod-resources-socket", DEFAULT_SOCKET, "The kubelet's pod-resources gRPC socket."),
-        Option("timeout", 2.0, "Seconds to wait for the kubelet's answer.", parse_seconds),
-        Option("refresh-interval", 10.0, "Ask the kubelet at most once per this many seconds; scrapes in "
-               "between reuse the answer.", parse_seconds),
+        Option("timeout", "2s", "How long to wait for the kubelet's answer (at most 1h).", positive_duration(3600)),
+        Option("refresh-interval", "10s", "Ask the kubelet at most once per this long (at most 1h); scrapes in "
+               "between reuse the answer.", positive_duration(3600)),
         Option("gpu-resource", DEFAULT_GPU_RESOURCES, "Regular expression matching the whole resource name of "
                "the GPU device plugin's resources.", parse_regex),
     ),

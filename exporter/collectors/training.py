@@ -20,12 +20,13 @@ from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from bottleneck_exporter.collectors.base import Context, Option, parse_bool, parse_positive_int, parse_regex, register
+from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.kube.processes import ProcessPods, label_pods
+from bottleneck_exporter.options import Option, parse_bool, parse_positive_int, parse_regex
 from bottleneck_exporter.procfs import USER_HZ, read_uptime
-from bottleneck_exporter.push.schema import JOB_LABEL
 from bottleneck_exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
 from bottleneck_exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
+from bottleneck_exporter.wire.schema import JOB_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from bottleneck_exporter.dashboards.panels import query_variable
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, OURS
-from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.wire.schema import JOB_LABEL
 
 
 def _series(bundle: str, *candidates: str) -> str:

@@ -26,7 +26,7 @@ from bottleneck_exporter.dashboards.variables import job_variable, node_variable
 from bottleneck_exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
 from bottleneck_exporter.heuristics.model import GROUPS
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
-from bottleneck_exporter.push.schema import JOB_LABEL
+from bottleneck_exporter.wire.schema import JOB_LABEL
 
 UID = "bottleneck-verdicts"
 GROUP_TITLES = {

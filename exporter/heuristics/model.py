@@ -10,7 +10,7 @@ Expressions and texts are templates: ``${name}`` is a parameter (``${name:pct}``
     Heuristic(name="InputBound", expr="<<data_wait>> > ${data_wait_ratio} unless on (instance) (...)", ...)
 
 Label conventions the expressions rely on: per-rank series carry ``training_job`` (the training job's name,
-``bottleneck_exporter.push.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
+``bottleneck_exporter.wire.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
 and ``rank``; every series carries ``instance``; ``job`` is Prometheus' scrape job, read only by the
 exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only.
 """

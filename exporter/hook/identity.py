@@ -11,7 +11,7 @@ it: write it in the pod spec) for the container.
 
 Job name, first found: the ``job=`` argument, ``BOTTLENECK_JOB``, torchrun's ``TORCHELASTIC_RUN_ID``,
 Slurm's ``SLURM_JOB_NAME``-``SLURM_JOB_ID``, the Kubernetes pod name without its replica suffix, the script's
-file name; always passed through ``schema.sanitize_job`` so the exporter accepts it.
+file name; always passed through ``wire.schema.sanitize_job`` so the exporter accepts it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from bottleneck_exporter.push.schema import KUBERNETES_PATTERNS, MAX_RANK, sanitize_job
+from bottleneck_exporter.wire.schema import KUBERNETES_PATTERNS, MAX_RANK, sanitize_job
 
 # PyTorchJob / MPIJob replicas ("train-worker-3"), then the random suffix of Job/ReplicaSet pods.
 _K8S_REPLICA = re.compile(r"-(master|worker|launcher|chief|ps|evaluator)-\d+$")

@@ -29,14 +29,14 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from bottleneck_exporter.hook import collective
+from bottleneck_exporter.hook.collective import attach as attach_collectives
+from bottleneck_exporter.hook.collective import enclosing_wrapper
+from bottleneck_exporter.hook.collective.clock import CollectiveClock
 from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.identity import identify
 from bottleneck_exporter.hook.timing import (
-    GPU_PHASE_NAMES,
     OPTIMIZER,
     OTHER,
-    PHASE_NAMES,
     SKIPPED_STEP_END,
     STEP_END,
     CudaEventLike,
@@ -45,7 +45,8 @@ from bottleneck_exporter.hook.timing import (
 )
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
-from bottleneck_exporter.push.schema import MAX_WORKER_PIDS, VERSION
+from bottleneck_exporter.wire import encode
+from bottleneck_exporter.wire.schema import GPU_MEMORY, LOADER_SETTINGS, MAX_WORKER_PIDS
 
 log = logging.getLogger("bottleneck_exporter.hook")
 
@@ -126,7 +127,8 @@ def first_dimension(batch: Any, depth: int = 0) -> int | None:
 
 
 def loader_settings(loader: Any) -> dict[str, Any] | None:
-    """DataLoader settings as the datagram's ``loader`` object; None for something that is not a DataLoader."""
+    """DataLoader settings as the datagram's ``loader`` object (its LOADER_SETTINGS, without the worker PIDs);
+    None for something that is not a DataLoader."""
     workers = getattr(loader, "num_workers", None)
     if not isinstance(workers, int):
         return None
@@ -141,15 +143,15 @@ def loader_settings(loader: Any) -> dict[str, Any] | None:
         inner = getattr(loader, "batch_sampler", None)
         size = getattr(inner, "batch_size", None)
         batch_size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
-    return {
-        "num_workers": max(workers, 0),
-        "pin_memory": bool(getattr(loader, "pin_memory", False)),
-        "batch_size": batch_size,
+    values = (
+        max(workers, 0),
+        bool(getattr(loader, "pin_memory", False)),
+        batch_size,
         # DataLoader keeps prefetch_factor even when num_workers=0, where it means nothing.
-        "prefetch_factor": optional_int("prefetch_factor") if workers > 0 else None,
-        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-        "worker_pids": [],
-    }
+        optional_int("prefetch_factor") if workers > 0 else None,
+        bool(getattr(loader, "persistent_workers", False)),
+    )
+    return dict(zip(LOADER_SETTINGS, values, strict=True))
 
 
 def data_worker_children(procfs: str = "/proc") -> list[int]:
@@ -173,7 +175,7 @@ class Session:
         self.samples = samples
         self.device = "cpu"
         self.gpu: GpuTimer | None = None
-        self.collectives: collective.CollectiveClock | None = None
+        self.collectives: CollectiveClock | None = None
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -360,15 +362,15 @@ class Session:
         forward, ``find_wrapper`` looks on the stack for a DDP or FSDP1 wrapper the hook was not handed. When
         nothing wraps the model (none found there, or ``alone``: the caller knows), the FSDP1 modules inside it
         that no other contains are roots of their own, and theirs are timed."""
-        clock = self.collectives or collective.CollectiveClock()
+        clock = self.collectives or CollectiveClock()
         try:
             wrapper = None
             if find_wrapper and not alone:
-                wrapper = collective.enclosing_wrapper(model)
+                wrapper = enclosing_wrapper(model)
                 alone = wrapper is None
-            attached = collective.attach(clock, model, roots=alone)
+            attached = attach_collectives(clock, model, roots=alone)
             if not attached and wrapper is not None and wrapper is not model:
-                attached = collective.attach(clock, wrapper)
+                attached = attach_collectives(clock, wrapper)
             if attached:
                 self.collectives = clock
         except Exception:
@@ -419,16 +421,11 @@ class Session:
             self.failed("optimizer post-hook")
 
     # -- the datagram ---------------------------------------------------------------------------------
-    # The datagram is formatted from a template, not built as a dict and JSON-encoded: it runs between training
-    # steps whose work has pushed its code and data out of the caches, and what it costs then goes with how
-    # much code and data it touches. Measured on the 2-vCPU VMs this was built on (old and new in separate
-    # processes, a datagram one step after the last): dict + json + sendto 62-71 us, template + connected send
-    # 40-41 us. Once a second both took 0.8-1.5 ms there, which is that machine's toll on code and data left
-    # alone for a second (benchmarks/hook_overhead.py prints it). The identity and the DataLoader settings are
-    # formatted by json when they change (the device at the first forward, the loader at each iter()).
+    # Formatted from parts (bottleneck_exporter.wire.encode says why): the identity and the DataLoader settings
+    # when they change (the device at the first forward, the loader at each iter()), the totals every time.
 
     def payload(self) -> dict[str, Any]:
-        """The datagram's content as a dict (what the exporter's ``schema.validate`` checks)."""
+        """The datagram's content as a dict (what the exporter's ``wire.schema.validate`` checks)."""
         body: dict[str, Any] = json.loads(self._datagram())
         return body
 
@@ -437,47 +434,27 @@ class Session:
         now = perf_counter()
         last = totals.last_step_end
         wall = time.time() - (now - last if last is not None else 0.0)
-        # Numbers are formatted with str(), which for a float is the shortest repr, as json writes it. The
-        # totals run one longer than PHASE_NAMES: "other" (OTHER) is in the step, not a phase of its own.
-        phases = "".join(f'"{name}":{seconds},'
-                         for name, seconds in zip(PHASE_NAMES, totals.phase_seconds, strict=False))
         collectives = self.collectives
-        collective = f',"collective":{collectives.seconds()}' if collectives is not None else ""
-        fields = [
-            f',"seq":{self.seq},"time":{wall},"dropped":{self.transport.dropped},"steps":{totals.steps},'
-            f'"samples":{totals.samples},"phase_seconds":{{{phases}"step":{totals.step_seconds}{collective}}},'
-            f'"step_buckets":[{",".join(map(str, totals.buckets))}]',
-        ]
-        if self.skips_counted:
-            fields.append(f',"skipped_steps":{totals.skipped_steps}')
-        if collectives is not None and collectives.gpu is not None:
-            fields.append(f',"collective_dropped_timings":{collectives.gpu.abandoned}')
+        # The clock's phase totals run one longer than STEP_PHASES: OTHER is in the step, never sent apart.
+        numbers = encode.totals(
+            self.seq, wall, self.transport.dropped, totals.steps, totals.samples, totals.phase_seconds,
+            totals.step_seconds, collectives.seconds() if collectives is not None else None, totals.buckets,
+            totals.skipped_steps if self.skips_counted else None,
+            collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
         gpu = self.gpu
         if gpu is not None:
-            # PHASE_NAMES[i] is the name of phase index i.
-            gpu_phases = ",".join(f'"{name}":{gpu.phase_totals[PHASE_NAMES.index(name)]}'
-                                  for name in GPU_PHASE_NAMES)
-            memory = "".join(f',"{key}":{value}' for key, value in self._cuda_memory().items())
-            fields.append(f',"gpu":{{"phase_seconds":{{{gpu_phases}}},"busy_seconds":{gpu.busy_seconds},'
-                          f'"idle_seconds":{gpu.idle_seconds},"dropped_timings":{gpu.abandoned_steps}{memory}}}')
-        numbers = "".join(fields)
-        if "inf" in numbers or "nan" in numbers:  # no key here holds either: a number is not finite
-            raise ValueError(f"a datagram total is not a finite number: {numbers}")
+            numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,
+                                  self._cuda_memory())
         identity = self._identity_json or self._format_identity()
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
-        return f"{identity}{numbers}{loader}}}".encode()
+        return encode.datagram(identity, numbers, loader)
 
     def _format_identity(self) -> str:
-        """``{"v":..,"job":..,...,"pid":..`` (open: the rest follows); kept until the device changes."""
+        """The datagram's opening (``wire.encode.identity``); kept until the device changes."""
         ident = self.identity
-        static: dict[str, Any] = {
-            "v": VERSION, "job": ident.job, "rank": ident.rank, "local_rank": ident.local_rank,
-            "world_size": ident.world_size, "device": self.device, "pid": os.getpid(),
-        }
-        if ident.kubernetes:
-            static["kubernetes"] = ident.kubernetes
-        self._identity_json = json.dumps(static, separators=(",", ":"))[:-1]
+        self._identity_json = encode.identity(ident.job, ident.rank, ident.local_rank, ident.world_size,
+                                              self.device, os.getpid(), ident.kubernetes)
         return self._identity_json
 
     def _format_loader(self, settings: dict[str, Any]) -> str:
@@ -487,7 +464,7 @@ class Session:
         looked_up = not pids and settings["num_workers"] > 0
         if looked_up:
             pids = data_worker_children()[:MAX_WORKER_PIDS]
-        text = ',"loader":' + json.dumps({**settings, "worker_pids": pids}, separators=(",", ":"))
+        text = encode.loader(settings, pids)
         if not looked_up:
             self._loader_json = text
         return text
@@ -499,11 +476,9 @@ class Session:
 
         # Host-side counters of the caching allocator: no device synchronisation.
         index = self._cuda_index
-        return {
-            "memory_allocated_bytes": float(torch.cuda.memory_allocated(index)),
-            "memory_reserved_bytes": float(torch.cuda.memory_reserved(index)),
-            "memory_peak_bytes": float(torch.cuda.max_memory_allocated(index)),
-        }
+        readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
+                    torch.cuda.max_memory_allocated(index))
+        return dict(zip(GPU_MEMORY, map(float, readings), strict=True))
 
     def _tick(self, now: float) -> None:
         """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now. With more

@@ -24,16 +24,15 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
-from bottleneck_exporter.push.schema import STEP_BUCKETS
+from bottleneck_exporter.wire.schema import GPU_PHASES, STEP_BUCKETS, STEP_PHASES
 
-# Phase indices (positions in StepClock.phase_totals). OTHER is time in no measured phase (your own code
+# Phase indices (positions in StepClock.phase_totals): DATA_WAIT to OPTIMIZER are those of
+# wire.schema.STEP_PHASES, the datagram's names for them. OTHER is time in no measured phase (your own code
 # between steps): it is part of the step total but not of any phase. STEP_END is a mark, not a phase: it
 # closes the running step and opens OTHER; SKIPPED_STEP_END does the same for a step whose optimizer step
 # AMP's GradScaler skipped (inf/NaN gradients): a step of the loop all the same, also counted apart.
 DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, OTHER, STEP_END, SKIPPED_STEP_END = range(7)
-PHASE_NAMES = ("data_wait", "forward", "backward", "optimizer")
-GPU_PHASE_NAMES = ("forward", "backward", "optimizer")
-_GPU_MARKED = frozenset((FORWARD, BACKWARD, OPTIMIZER))
+_GPU_MARKED = frozenset(STEP_PHASES.index(name) for name in GPU_PHASES)
 
 # Entries of StepClock.log past which the hot paths fold it (about 1 MiB): bounds memory when marks come but
 # no step ends (the session folds at step ends).

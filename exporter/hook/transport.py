@@ -1,7 +1,7 @@
 """How the hook's datagrams leave the training process: non-blocking datagram sockets, never a wait.
 
 Reads ``BOTTLENECK_PUSH_ADDRESS`` (``unix:///path``, ``udp://127.0.0.1:PORT`` or ``off``); without it, sends
-to the first of ``bottleneck_exporter.push.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
+to the first of ``bottleneck_exporter.wire.paths.socket_candidates()`` that accepts. Every failure (exporter absent,
 restarting, its queue full, permission denied) drops the datagram and counts it in ``dropped``; the next send
 simply tries again, so the hook recovers by itself when the exporter comes back. The exporter shows the count
 once a datagram gets through::
@@ -14,7 +14,7 @@ is looked up again only after the target refuses a datagram).
 Fork-safe: a forked child (a DataLoader worker) never sends, checked by PID and by ``os.register_at_fork``,
 which also closes the child's copies of the sockets.
 
-A Unix socket is used only in a directory no other user can have planted (``paths.untrusted_directory``),
+A Unix socket is used only in a directory no other user can have planted (``wire.paths.untrusted_directory``),
 checked once per path before its first datagram and again after the path stops answering (at most once a
 second), never per datagram; a refused path is logged once and skipped.
 """
@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import Any
 
-from bottleneck_exporter.push.paths import socket_candidates, untrusted_directory
+from bottleneck_exporter.wire.paths import socket_candidates, untrusted_directory
 
 log = logging.getLogger("bottleneck_exporter.hook")
 

@@ -1,7 +1,7 @@
 """Metric families built, fresh on every scrape, from the job store and the receiver's counters.
 
 Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); exposes, per training job (label
-``schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
+``wire.schema.JOB_LABEL``, never Prometheus' own ``job``) and rank::
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
@@ -23,19 +23,20 @@ from prometheus_client.metrics_core import (
 )
 
 from bottleneck_exporter.push.kubernetes import kubernetes_info
-from bottleneck_exporter.push.schema import (
+from bottleneck_exporter.push.store import RankState
+from bottleneck_exporter.wire.schema import (
     COLLECTIVE,
     GPU_MEMORY,
     GPU_PHASES,
     HOST_PHASES,
     JOB_LABEL,
     REASONS,
+    STEP,
     STEP_BUCKETS,
     GpuTotals,
     LoaderSettings,
     Snapshot,
 )
-from bottleneck_exporter.push.store import RankState
 
 _JR = [JOB_LABEL, "rank"]
 _MEMORY_NAMES = {
@@ -123,7 +124,7 @@ class _RankFamilies:
         for bound, count in zip((*STEP_BUCKETS, float("inf")), snap.step_buckets, strict=True):
             cumulative += count
             buckets.append((_le(bound), float(cumulative)))
-        self.duration.add_metric(jr, buckets, sum_value=snap.phase_seconds["step"])
+        self.duration.add_metric(jr, buckets, sum_value=snap.phase_seconds[STEP])
         if snap.steps:
             self.last_step.add_metric(jr, snap.time)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from prometheus_client.metrics_core import GaugeMetricFamily
 
-from bottleneck_exporter.push.schema import JOB_LABEL
 from bottleneck_exporter.push.store import RankState
+from bottleneck_exporter.wire.schema import JOB_LABEL
 
 
 def kubernetes_info(ranks: list[RankState]) -> GaugeMetricFamily:

@@ -1,6 +1,6 @@
 """The push receiver: a thread that reads hook datagrams from a Unix socket (and optionally loopback UDP).
 
-Reads datagrams (``schema.validate``), keeps the latest per job and rank (``store.JobStore``), hands trainer
+Reads datagrams (``wire.schema.validate``), keeps the latest per job and rank (``store.JobStore``), hands trainer
 and DataLoader-worker PIDs to the training-process collector (``TrainingRegistry``), and is itself a
 prometheus_client collector::
 
@@ -34,9 +34,9 @@ from prometheus_client.metrics_core import Metric
 
 from bottleneck_exporter.push.exposition import families
 from bottleneck_exporter.push.liveness import boot_clock
-from bottleneck_exporter.push.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
 from bottleneck_exporter.push.store import JobStore, RankState
 from bottleneck_exporter.training.registry import RegisteredProcess, TrainingRegistry
+from bottleneck_exporter.wire.schema import MAX_DATAGRAM_BYTES, REASONS, Rejected, validate
 
 log = logging.getLogger(__name__)
 

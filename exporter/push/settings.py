@@ -23,10 +23,10 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any
 
-from bottleneck_exporter.collectors.base import Option, parse_bool, parse_positive_int
 from bottleneck_exporter.config import ConfigError, add_option_flags, section_values
-from bottleneck_exporter.push.paths import DEFAULT_SOCKET, socket_candidates
+from bottleneck_exporter.options import Option, parse_bool, parse_mode, parse_positive_int, positive_duration
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.wire.paths import DEFAULT_SOCKET, socket_candidates
 
 if TYPE_CHECKING:
     from bottleneck_exporter.push.receiver import PushReceiver
@@ -122,19 +122,6 @@ def _parse_path(value: Any) -> str:
     return text
 
 
-def _parse_mode(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        mode = value  # YAML reads 0660 as an octal integer already
-    else:
-        try:
-            mode = int(str(value), 8)
-        except ValueError:
-            raise ValueError(f"expected octal permission bits like 0660, got {value!r}") from None
-    if not 0 <= mode <= 0o777:
-        raise ValueError(f"expected octal permission bits like 0660, got {value!r}")
-    return mode
-
-
 def _parse_group(value: Any) -> str | None:
     text = str(value).strip()
     if not text:
@@ -160,18 +147,7 @@ def _parse_udp(value: Any) -> tuple[str, int]:
     return host, port
 
 
-def _parse_duration(value: Any) -> float:
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", text)
-    if not match:
-        raise ValueError(f"expected a duration like 90s, 10m or 1h, got {value!r}")
-    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"expected a positive duration, got {value!r}")
-    return seconds
-
-
-# The push receiver's options, registered like a collector's (``bottleneck_exporter.collectors.base.Option``) and
+# The push receiver's options, registered like a collector's (``bottleneck_exporter.options.Option``) and
 # resolved by the same precedence (``bottleneck_exporter.config.option_values``): flags ``--push.<name>``, YAML
 # ``push.<name>``. Bounds sized for a node, not a cluster: a job has at most one rank per GPU here (8 on HGX/DGX nodes,
 # 16 leaves room for 16-GPU nodes and CPU ranks) and a node runs a handful of jobs (8: one per GPU). At these bounds the
@@ -182,7 +158,7 @@ OPTIONS: tuple[Option, ...] = (
            "Unix datagram socket the training hook sends to; when the default's directory cannot be created, "
            "falls back to $XDG_RUNTIME_DIR/bottleneck-exporter/ then /tmp/bottleneck-exporter-<uid>/",
            parse=_parse_path),
-    Option("socket-mode", "0660", "Octal permissions of the socket file", parse=_parse_mode),
+    Option("socket-mode", "0660", "Octal permissions of the socket file", parse=parse_mode),
     Option("socket-group", None, "Group owning the socket file (its members may push; default: the "
            "exporter's group)", parse=_parse_group),
     Option("listen-udp", None, "Also listen on this loopback HOST:PORT for UDP datagrams (default: off)",
@@ -194,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("job-expiry", "10m",
            "Forget a job/rank silent for this long (90s, 10m, 1h), unless it pushed over the Unix socket and its "
            "process still runs (a hung trainer stays visible until it exits)",
-           parse=_parse_duration),
+           parse=positive_duration()),
     Option("max-jobs", 8, "Training jobs tracked at once; more are counted and dropped", parse=parse_positive_int),
     Option("max-ranks-per-job", 16, "Ranks tracked per job; more are counted and dropped",
            parse=parse_positive_int),

@@ -1,6 +1,6 @@
 """The latest snapshot of every training job and rank that pushed to this exporter, with hard bounds.
 
-Reads validated ``schema.Snapshot``s from the receiver thread; the exposition reads ``ranks()`` on scrapes.
+Reads validated ``wire.schema.Snapshot``s from the receiver thread; the exposition reads ``ranks()`` on scrapes.
 Bounded by construction: at most ``max_jobs`` jobs and ``max_ranks`` ranks per job, one fixed-size snapshot
 each; anything beyond is refused with a reason the receiver counts::
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from bottleneck_exporter.push.liveness import ProcessIdentity, ProcessTable
-from bottleneck_exporter.push.schema import Rejected, Snapshot
+from bottleneck_exporter.wire.schema import Rejected, Snapshot
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bottleneck_exporter.push.schema import JOB_LABEL
 from bottleneck_exporter.status.recorder import Snapshot
 from bottleneck_exporter.status.verdicts import Verdicts, evaluate
+from bottleneck_exporter.wire.schema import JOB_LABEL, STEP, STEP_PHASES
 
 # Phases of a step as the hook partitions it (docs/hook.md); "other" is the rest of the step: your own code.
-PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
+PHASES = (*STEP_PHASES, "other")
 # Series the page reads besides those the catalogue reads (the recorder keeps both).
 PAGE_NAMES = frozenset({
     "bottleneck_scrape_collector_success", "bottleneck_scrape_collector_duration_seconds",
@@ -148,7 +148,7 @@ def _phase_totals(snapshot: Snapshot, key: tuple[str, str]) -> tuple[dict[str, f
               if _rank_key(labels) == key}
     steps = [value for labels, value in snapshot.values("bottleneck_train_steps_total")
              if _rank_key(labels) == key]
-    if "step" not in phases or not steps:
+    if STEP not in phases or not steps:
         return None
     return phases, steps[0]
 
@@ -162,12 +162,12 @@ def _phases(snapshots: Sequence[Snapshot], key: tuple[str, str]) -> dict[str, An
     oldest = next((found for found in (_phase_totals(s, key) for s in snapshots) if found is not None), None)
     phases, steps = latest
     since = "recent"
-    if oldest is not None and steps - oldest[1] > 0 and phases["step"] - oldest[0].get("step", 0.0) > 0:
+    if oldest is not None and steps - oldest[1] > 0 and phases[STEP] - oldest[0].get(STEP, 0.0) > 0:
         phases = {name: value - oldest[0].get(name, 0.0) for name, value in phases.items()}
         steps -= oldest[1]
     else:
         since = "start"
-    step = phases["step"]
+    step = phases[STEP]
     seconds = {name: max(0.0, phases.get(name, 0.0)) for name in PHASES[:-1]}
     seconds["other"] = max(0.0, step - sum(seconds.values()))
     ratios = {name: value / step if step > 0 else 0.0 for name, value in seconds.items()}

@@ -19,10 +19,10 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
-from bottleneck_exporter.collectors.base import Option
 from bottleneck_exporter.collectors.coexistence import PRESETS
 from bottleneck_exporter.config import ConfigError, section_values
 from bottleneck_exporter.heuristics import DCGM, DEFAULT_BUNDLE, NODE_EXPORTER
+from bottleneck_exporter.options import Option
 from bottleneck_exporter.status.recorder import Recorder
 from bottleneck_exporter.verdicts.peers import (
     DEFAULT_URLS,

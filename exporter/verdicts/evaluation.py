@@ -31,8 +31,8 @@ from bottleneck_exporter.heuristics import (
 )
 from bottleneck_exporter.heuristics.promql import PromQLError, SeriesStore, parse, parse_duration
 from bottleneck_exporter.heuristics.promql import evaluate as evaluate_expression
-from bottleneck_exporter.push.schema import JOB_LABEL
 from bottleneck_exporter.verdicts.peers import URL_FLAGS
+from bottleneck_exporter.wire.schema import JOB_LABEL
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
 # What each family tells (ours, or its twin from node_exporter or dcgm-exporter); shown when none of them is

@@ -1,8 +1,9 @@
 """The datagram the training hook sends and the exporter's receiver accepts (schema version 1).
 
-Shared by both sides, so it imports nothing but the standard library: the daemon never imports torch and the
-hook must not pull in prometheus_client. ``validate`` turns raw bytes into a ``Snapshot`` or raises
-``Rejected`` with a reason that becomes ``bottleneck_push_rejected_total{reason="..."}``::
+Both sides import it (``bottleneck_exporter.hook`` writes a datagram with ``wire.encode``,
+``bottleneck_exporter.push`` reads one), so it imports nothing but the standard library. ``validate`` turns
+raw bytes into a ``Snapshot`` or raises ``Rejected`` with a reason that becomes
+``bottleneck_push_rejected_total{reason="..."}``::
 
     bottleneck_push_rejected_total{reason="bad_number"} 3.0
     bottleneck_push_rejected_total{reason="too_many_jobs"} 120.0
@@ -27,13 +28,26 @@ MAX_RANK = 1 << 20
 STEP_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-HOST_PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
+# The phases that partition a step on the host, in the order the hook numbers them (hook.timing.DATA_WAIT to
+# OPTIMIZER). Time in none of them (the loop's own code between steps) is part of STEP only, never sent apart.
+STEP_PHASES = ("data_wait", "forward", "backward", "optimizer")
+STEP = "step"
+HOST_PHASES = (*STEP_PHASES, STEP)  # the keys of phase_seconds
 # Time in collectives (DDP's all-reduce, FSDP's all-gathers and reduce-scatters): overlaps forward and
 # backward, so it is no part of the step's partition; sent only by a rank whose collectives the hook times.
 COLLECTIVE = "collective"
-GPU_PHASES = ("forward", "backward", "optimizer")
+GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_seconds, each one of STEP_PHASES
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+
+# The keys of a datagram and of its objects: those every one has, then those sent only when known
+# (``wire.encode`` writes them).
+KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
+        "samples", "phase_seconds", "step_buckets")
+OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader")
+GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
+GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
+LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
 
 REASONS = (
     "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
@@ -121,15 +135,6 @@ def sanitize_job(name: str) -> str:
     return cleaned or "unknown"
 
 
-# One encoder for every datagram: json.dumps with options builds a new one per call (2 of the 11 us an
-# encode takes warm; the hook encodes on the training thread).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def encode(payload: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(payload).encode()
-
-
 def _reject_constant(token: str) -> float:
     # json.loads accepts NaN/Infinity by default; they are never valid here.
     raise Rejected("bad_number", f"{token} is not a finite number")
@@ -150,9 +155,7 @@ def validate(data: bytes) -> Snapshot:
     version = obj.get("v")
     if type(version) is not int or version != VERSION:
         raise Rejected("bad_version", f"v={version!r}, expected {VERSION}")
-    _keys(obj, required={"v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time",
-                         "dropped", "steps", "samples", "phase_seconds", "step_buckets"},
-          optional={"loader", "gpu", "kubernetes", "skipped_steps", "collective_dropped_timings"}, where="")
+    _keys(obj, required=set(KEYS), optional=set(OPTIONAL_KEYS), where="")
     phases = _mapping(obj, "phase_seconds", HOST_PHASES, optional=(COLLECTIVE,))
     buckets = obj["step_buckets"]
     if not isinstance(buckets, list) or len(buckets) != len(STEP_BUCKETS) + 1:
@@ -250,7 +253,7 @@ def _optional_int(obj: dict[str, Any], key: str, where: str) -> int | None:
 def _loader(value: Any) -> LoaderSettings:
     if not isinstance(value, dict):
         raise Rejected("bad_schema", "loader: expected an object")
-    _keys(value, required={*LOADER_SETTINGS, "worker_pids"}, optional=set(), where="loader.")
+    _keys(value, required=set(LOADER_KEYS), optional=set(), where="loader.")
     pids = value["worker_pids"]
     if not isinstance(pids, list) or len(pids) > MAX_WORKER_PIDS:
         raise Rejected("bad_schema", f"loader.worker_pids: expected a list of at most {MAX_WORKER_PIDS} PIDs")
@@ -267,8 +270,7 @@ def _loader(value: Any) -> LoaderSettings:
 def _gpu(value: Any) -> GpuTotals:
     if not isinstance(value, dict):
         raise Rejected("bad_schema", "gpu: expected an object")
-    _keys(value, required={"phase_seconds", "busy_seconds", "idle_seconds"},
-          optional={*GPU_MEMORY, "dropped_timings"}, where="gpu.")
+    _keys(value, required=set(GPU_KEYS), optional=set(GPU_OPTIONAL_KEYS), where="gpu.")
     phases = _mapping(value, "phase_seconds", GPU_PHASES, "gpu.")
     return GpuTotals(
         phase_seconds={name: _number(phases, name, "gpu.phase_seconds.") for name in GPU_PHASES},

@@ -5,7 +5,7 @@ FSDP2 launches each parameter group's all-gather and reduce-scatter through an `
 ``ReduceScatter`` object that ``FSDPModule.set_custom_all_gather`` / ``set_custom_reduce_scatter`` replace
 (public methods; written against torch 2.13). The hook installs, on every FSDP module of the model, objects
 that delegate both the buffer allocation and the call to the ones in force (FSDP's defaults, or a custom
-one set before the hook saw the model) and time the call (``bottleneck_exporter.hook.collective.timed_launch``). The
+one set before the hook saw the model) and time the call (``clock.timed_launch``). The
 ones in force are read from FSDP's parameter groups (``_fsdp_param_groups``, private): where that is
 missing (another torch version), nothing is timed and a line is logged.
 
@@ -21,7 +21,7 @@ import logging
 import sys
 from typing import Any
 
-from bottleneck_exporter.hook.collective import Stopwatches, timed_launch
+from bottleneck_exporter.hook.collective.clock import Stopwatches, timed_launch
 
 log = logging.getLogger("bottleneck_exporter.hook")
 

@@ -1,16 +1,7 @@
-"""Time a rank spends in its collectives: DDP's gradient all-reduce, FSDP's all-gathers and reduce-scatters.
+"""The clock of a rank's collectives and the stopwatches that time each launch (``hook.collective``).
 
-Collectives overlap backward (DDP all-reduces each gradient bucket as soon as backward has filled it; FSDP
-prefetches the next all-gather), so their time is a phase of its own, not part of the partition of the step.
-It is the time during which at least one of the rank's collectives was in flight (launched, not yet
-completed), which includes the time spent waiting for the slowest peer to join::
-
-    bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
-
-Where the launches are seen: ``bottleneck_exporter.hook.collective_ddp`` (a DDP communication hook),
-``bottleneck_exporter.hook.collective_fsdp`` (FSDP2's communication objects) and
-``bottleneck_exporter.hook.collective_fsdp1`` (FSDP1's flat-parameter all-gathers and its communication hook). How each
-launch is timed depends on the process group's backend, never by waiting on the device:
+``CollectiveClock`` folds the intervals during which a collective was in flight into one cumulative time. How
+each launch is timed depends on the process group's backend (``Stopwatches``), never by waiting on the device:
 
 - gloo: ``HostStopwatch``, ``perf_counter()`` at launch and at completion (the work's future, on whichever
   thread completes it): on gloo the future completes when the collective has.
@@ -18,7 +9,8 @@ launch is timed depends on the process group's backend, never by waiting on the 
   consumes the result, read back later only once ``query()`` says the GPU passed it. NCCL's future
   completes at launch (the wait is on the GPU stream), so host times would say nothing.
 
-Imports torch only inside ``attach``, which runs once a model is seen.
+``timed_launch`` wraps one launch; ``ddp``, ``fsdp2`` and ``fsdp1`` call it where they see the launches. Imports
+torch only inside the functions that need it (a CUDA event, a group's backend), called once a model is seen.
 """
 
 from __future__ import annotations
@@ -26,13 +18,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import sys
 import threading
 import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from time import perf_counter
-from types import FrameType
 from typing import Any, Protocol
 
 from bottleneck_exporter.hook.timing import CudaEventLike
@@ -318,47 +308,3 @@ def timing_failed() -> None:
     _failures[0] += 1
     if _failures[0] == 1:
         log.warning("bottleneck hook: timing a collective failed; the collective ran untimed", exc_info=True)
-
-
-def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
-    """From inside ``model``'s forward: the outermost DDP or FSDP1 module whose forward is running it, if
-    any. Who needs it: the Hugging Face Trainer hands its callbacks the unwrapped model, and a user may
-    instrument a model before wrapping it in DDP; neither wrapper can be reached from the model itself, but
-    its forward is on the stack. Read once per session (at the first training forward). Only the frames of
-    the wrappers' own ``forward`` have their locals read: on Python 3.11 and 3.12 reading a frame's locals
-    leaves a snapshot of them on the frame, which would keep, say, the training loop's first batch alive."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    from bottleneck_exporter.hook import collective_fsdp1
-
-    parallel = sys.modules.get("torch.nn.parallel")
-    wrappers = [t for t in (getattr(parallel, "DistributedDataParallel", None), collective_fsdp1.fsdp_class())
-                if t is not None]
-    forwards = {t.forward.__code__ for t in wrappers}
-    found: Any = None
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(frames):
-        if frame is None:
-            break
-        if frame.f_code in forwards:
-            owner = frame.f_locals.get("self")
-            if owner is not None and owner is not found and any(m is model for m in owner.modules()):
-                found = owner  # farther up the stack: an outer FSDP1 module, the root
-        frame = frame.f_back
-    return found
-
-
-def attach(clock: CollectiveClock, model: Any, gpu_event_factory: Callable[[], CudaEventLike] | None = None,
-           roots: bool = False) -> bool:
-    """Time the collectives of ``model`` (DDP, or a model with FSDP2 or FSDP1 modules); False when it has
-    none that the hook can time. With ``roots`` (the caller knows that nothing wraps the model), also those of
-    the FSDP1 modules inside it that no other contains: roots of their own
-    (``bottleneck_exporter.hook.collective_fsdp1.attach_roots``). Safe to call again for the same model."""
-    if "torch" not in sys.modules:
-        return False
-    from bottleneck_exporter.hook import collective_ddp, collective_fsdp, collective_fsdp1
-
-    watches = Stopwatches(clock, backend_of, gpu_event_factory)
-    return (collective_ddp.attach(watches, model) or collective_fsdp.attach(watches, model)
-            or collective_fsdp1.attach(watches, model) or (roots and collective_fsdp1.attach_roots(watches, model)))

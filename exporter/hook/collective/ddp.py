@@ -18,7 +18,7 @@ import logging
 import sys
 from typing import Any
 
-from bottleneck_exporter.hook.collective import Stopwatches, timing_failed
+from bottleneck_exporter.hook.collective.clock import Stopwatches, timing_failed
 
 log = logging.getLogger("bottleneck_exporter.hook")
 

@@ -5,7 +5,7 @@ collective has; on NCCL once it is enqueued on FSDP's stream), from two places:
 
 - the all-gather of each flat parameter, in its ``FlatParamHandle._all_gather_flat_param`` (private): the
   hook replaces that method on each handle instance with one that times the call
-  (``bottleneck_exporter.hook.collective.timed_launch``);
+  (``bottleneck_exporter.hook.collective.clock.timed_launch``);
 - the gradient reduction (reduce-scatter, or all-reduce under ``NO_SHARD``), through FSDP's one
   communication hook (what ``FullyShardedDataParallel.register_comm_hook`` sets on every FSDP module): the
   hook sets one that runs FSDP's own default (``reduce_scatter_hook`` / ``allreduce_hook``, with each
@@ -29,7 +29,7 @@ import logging
 import sys
 from typing import Any
 
-from bottleneck_exporter.hook.collective import Stopwatches, timed_launch
+from bottleneck_exporter.hook.collective.clock import Stopwatches, timed_launch
 
 log = logging.getLogger("bottleneck_exporter.hook")
 

@@ -1,0 +1,83 @@
+"""How a datagram is written: the hook's formatting of its totals, and ``encode`` for a datagram held as a dict.
+
+The hook formats its datagram from parts, not from a dict through ``json``: it runs at a step end, between
+training steps whose work has pushed its code and data out of the caches, and what it costs then goes with how
+much code and data it touches (``benchmarks/hook_overhead.py --parts`` times each part). The parts that seldom
+change (``identity``, ``loader``) go through ``json`` once and are kept by the hook; ``totals`` and ``gpu`` are
+formatted at every datagram; ``datagram`` joins them. Each writes the keys of ``wire.schema`` in its order::
+
+    {"v":1,"job":"resnet","rank":0,...,"pid":4242,"seq":17,...,"phase_seconds":{"data_wait":10.2,...}}
+
+Numbers are formatted with ``str()``, which for a float is its shortest repr, as ``json`` writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bottleneck_exporter.wire.schema import GPU_PHASES, STEP_PHASES, VERSION
+
+# One encoder for every use: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# (index in STEP_PHASES, name) of each GPU phase: the hook keeps its GPU totals by host phase index.
+_GPU_INDEXED = tuple((STEP_PHASES.index(name), name) for name in GPU_PHASES)
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    """A whole datagram from a dict (tests, benchmarks); the hook formats its own from parts (below)."""
+    return _ENCODER.encode(payload).encode()
+
+
+def identity(job: str, rank: int, local_rank: int, world_size: int, device: str, pid: int,
+             kubernetes: Mapping[str, str] | None) -> str:
+    """``{"v":1,"job":..,...,"pid":..`` and the ``kubernetes`` object when known: the datagram's opening, left
+    open for the totals that follow."""
+    static: dict[str, Any] = {
+        "v": VERSION, "job": job, "rank": rank, "local_rank": local_rank, "world_size": world_size,
+        "device": device, "pid": pid,
+    }
+    if kubernetes:
+        static["kubernetes"] = kubernetes
+    return _ENCODER.encode(static)[:-1]
+
+
+def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phase_seconds: Sequence[float],
+           step_seconds: float, collective_seconds: float | None, step_buckets: Sequence[int],
+           skipped_steps: int | None, collective_dropped_timings: int | None) -> str:
+    """``,"seq":..`` to ``"step_buckets":[..]``, then ``skipped_steps`` and ``collective_dropped_timings`` when
+    given. ``phase_seconds`` by STEP_PHASES index (what follows those is left out)."""
+    phases = "".join(f'"{name}":{seconds},' for name, seconds in zip(STEP_PHASES, phase_seconds, strict=False))
+    collective = f',"collective":{collective_seconds}' if collective_seconds is not None else ""
+    text = (f',"seq":{seq},"time":{time},"dropped":{dropped},"steps":{steps},"samples":{samples},'
+            f'"phase_seconds":{{{phases}"step":{step_seconds}{collective}}},'
+            f'"step_buckets":[{",".join(map(str, step_buckets))}]')
+    if skipped_steps is not None:
+        text += f',"skipped_steps":{skipped_steps}'
+    if collective_dropped_timings is not None:
+        text += f',"collective_dropped_timings":{collective_dropped_timings}'
+    return text
+
+
+def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float, dropped_timings: int,
+        memory: Mapping[str, float]) -> str:
+    """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY key,
+    those the hook could read."""
+    phases = ",".join(f'"{name}":{phase_seconds[index]}' for index, name in _GPU_INDEXED)
+    extra = "".join(f',"{key}":{value}' for key, value in memory.items())
+    return (f',"gpu":{{"phase_seconds":{{{phases}}},"busy_seconds":{busy_seconds},"idle_seconds":{idle_seconds},'
+            f'"dropped_timings":{dropped_timings}{extra}}}')
+
+
+def loader(settings: Mapping[str, Any], worker_pids: Sequence[int]) -> str:
+    """``,"loader":{..}``: the DataLoader's LOADER_SETTINGS and its workers' PIDs."""
+    return ',"loader":' + _ENCODER.encode({**settings, "worker_pids": list(worker_pids)})
+
+
+def datagram(identity: str, numbers: str, loader: str) -> bytes:
+    """The datagram from its parts (``loader`` may be ""); raises ValueError when a number in ``numbers`` (the
+    ``totals`` and ``gpu`` parts) is not finite, which the receiver would refuse."""
+    if "inf" in numbers or "nan" in numbers:  # no key there holds either: a number is not finite
+        raise ValueError(f"a datagram total is not a finite number: {numbers}")
+    return f"{identity}{numbers}{loader}}}".encode()
