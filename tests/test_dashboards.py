@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bottleneck_exporter.dashboards import DASHBOARDS, REGENERATE, bundle_dir, render, render_all
+from bottleneck_exporter.dashboards.files import DASHBOARDS, REGENERATE, bundle_dir, render, render_all
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE

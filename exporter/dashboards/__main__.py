@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bottleneck_exporter.dashboards import REGENERATE, render_all
+from bottleneck_exporter.dashboards.files import REGENERATE, render_all
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
 
