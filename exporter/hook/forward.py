@@ -1,8 +1,8 @@
 """Timing a model's forward: an instance-level wrapper of ``model.forward``, not a module hook.
 
 Why not ``register_forward_pre_hook``: any module hook sends every call of the model through the slow path
-of ``nn.Module._call_impl`` (closure, hook-dict walks, try/except), which measured ~3 µs warm and ~15 µs
-inside a real training step (benchmarks/hook_overhead.py). An instance attribute ``forward`` keeps
+of ``nn.Module._call_impl`` (closure, hook-dict walks, try/except), several times the cost of the wrapper
+inside a real training step (benchmarks/hook_overhead.py --without model). An instance attribute ``forward`` keeps
 ``_call_impl`` on its fast path and costs one extra call. It feeds::
 
     bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="forward"} 0.9

@@ -52,15 +52,15 @@ log = logging.getLogger("bottleneck_exporter.hook")
 
 MAX_ERRORS = 10
 DEFAULT_INTERVAL = 1.0
-# Log entries (two per mark) past which a step end folds the log, about 85 steps of the plain loop: a
-# datagram then folds at most this many entries on top of formatting and sending itself. Folds of 64 entries
-# cost 3-6 us per step inside real steps (cold caches), of 1024 about 1 us; the datagram took about as long
-# either way (benchmarks/hook_overhead.py). See "Why the datagram is sent inline" in Session._tick.
+# Log entries (two per mark) past which a step end folds the log, tens of steps of a plain loop: folding
+# rarely keeps the per-step cost down (each fold runs with cold caches inside a real step, and frequent small
+# folds add up to more than a few large ones; benchmarks/hook_overhead.py prints the folds' cost per step).
+# See "Why the datagram is sent inline" in Session._tick.
 FOLD_ENTRIES = 1024
 # Log entries past which a step end that owes a datagram only folds, and leaves the datagram to the next step
-# end: a datagram folds at most this many entries itself (a few steps' marks), not up to FOLD_ENTRIES, which
-# took about 30 us warm (benchmarks/hook_overhead.py --parts). Steps slower than the datagram interval log far
-# fewer entries than this between datagrams, so their datagrams are never put off.
+# end: a datagram folds at most this many entries itself (a few steps' marks), not up to FOLD_ENTRIES, whose
+# fold alone is most of a datagram's budget (benchmarks/hook_overhead.py --parts). Steps slower than the
+# datagram interval log far fewer entries than this between datagrams, so their datagrams are never put off.
 DATAGRAM_FOLD_ENTRIES = 64
 
 Samples = int | float | Callable[[Any], Any] | None
@@ -488,9 +488,8 @@ class Session:
         Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
         thread does the same work (a fold, formatting, sending) but must take the GIL from the
         training thread and give it back, and a hand-over can cost the training thread up to the
-        interpreter's switch interval (5 ms). Measured with benchmarks/hook_overhead.py on a loaded 2-CPU
-        machine, the training thread lost 1.8-6.8 ms per datagram to a sender thread, 0.8-4.8 ms inline
-        (medians 3.0 and 1.8 ms; docs/hook.md, "What it costs").
+        interpreter's switch interval (5 ms): it cost the training thread more per datagram than sending inline
+        (benchmarks/hook_overhead.py; docs/hook.md, "What it costs").
         """
         due = now >= self.due
         long = len(self.clock.log) > DATAGRAM_FOLD_ENTRIES

@@ -58,8 +58,8 @@ class StepClock:
     Marks are recorded, not computed: a mark appends its phase and ``perf_counter()`` to ``log`` (flat: phase, time,
     phase, time, ...), and ``fold()`` later turns the log into the totals, a few steps at once: at a step end every
     ``session.FOLD_ENTRIES`` entries, when the log passes ``LOG_LIMIT`` entries, and before any total is read. Why: a
-    mark runs in the middle of the training step, where every Python operation is paid with cold caches; two appends per
-    mark measured about 10 us per step less there than the same arithmetic done in place (benchmarks/hook_overhead.py).
+    mark runs in the middle of the training step, where every Python operation is paid with cold caches, and two appends
+    cost less there than the same arithmetic done in place (benchmarks/hook_overhead.py).
     The per-step hot paths (``bottleneck_exporter.hook.loader``, ``bottleneck_exporter.hook.forward``, the optimizer
     hooks in ``bottleneck_exporter.hook.session``) append inline; ``switch(phase)`` is the same mark as a call, for the
     framework callbacks.

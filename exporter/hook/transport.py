@@ -121,8 +121,8 @@ class Transport:
         """Send on a socket connected to target ``index``, connecting it first if need be.
 
         Connected, the kernel resolves the address once, not per datagram: ``sendto`` with a socket path walks
-        the path every time, which cost 0.46 ms of the training thread per datagram sent once a second (its
-        kernel code gone cold) against 0.03 ms connected, on the VMs this was built on. A peer that went away
+        the path every time, on the training thread, with that kernel code gone cold since the last datagram
+        (benchmarks/hook_overhead.py --parts times the send). A peer that went away
         (an exporter restarted binds a new socket at the same path) refuses: connect again and resend, once.
         """
         sock = self._connected.get(index)
