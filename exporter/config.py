@@ -34,14 +34,36 @@ class ConfigError(ValueError):
     """A config value or flag is invalid; the message names the key and the problem."""
 
 
-def load_yaml(path: str) -> dict[str, Any]:
+# The config, the web config and a GPU profile are a few KB each: a file past this is not one of them, and
+# reading it whole (a log, a disk image given by mistake) would take the exporter's memory and start-up time.
+MAX_FILE_BYTES = 1 << 20
+
+
+def read_yaml(path: str, what: str = "config file") -> Any:
+    """The YAML document in the file ``path`` (``what`` names it in errors). Raises ConfigError naming the file
+    and the problem, never the file's contents: it may be any file (``--config.file=/etc/shadow``)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
+        raise ConfigError(f"{path}: cannot read {what}: {err.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, which no {what} is")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start + 1}), which a {what} must be") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML{_position(err)}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{path}: collections nested too deeply to be a {what}") from None
+
+
+def load_yaml(path: str, what: str = "config file") -> dict[str, Any]:
+    """A config file's top-level mapping ({} for an empty file); ConfigError as ``read_yaml`` raises it."""
+    data = read_yaml(path, what)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -568,6 +568,29 @@ def test_a_config_error_names_the_file_but_never_prints_its_contents(
     assert SECRET not in stderr, stderr
 
 
+FILE_FLAGS = ["--config.file", "--web.config.file", "--collector.gpu.profile"]
+
+
+@pytest.mark.parametrize("flag", FILE_FLAGS)
+@pytest.mark.parametrize(("content", "names"), [
+    # Regression: a 2 KB file of nested brackets ended start-up with a 3,000-line RecursionError traceback.
+    pytest.param(b"[" * 1000 + b"]" * 1000, "nested too deeply", id="nested"),
+    # Regression: a 10.5 MB file took 27 s and 1 GB of memory before its error.
+    pytest.param((f"{SECRET}: 1\n" * (1 + (1 << 20) // 20)).encode(), "larger than 1 MiB", id="huge"),
+    # Regression: the error of a file that is not UTF-8 named neither the file nor the flag.
+    pytest.param(f"a: {SECRET}\xe9\n".encode("latin-1"), f"not UTF-8 text (byte {len(SECRET) + 4})", id="latin-1"),
+    # Regression: --collector.gpu.profile=/etc/shadow printed root's line as an "unknown key".
+    pytest.param(f"root:$y$j9T${SECRET}:19000:0:99999:7:::\n".encode(), "not a setting name", id="shadow"),
+])
+def test_a_file_given_at_start_that_is_not_one_gets_one_line_naming_it(
+        tmp_path: Path, flag: str, content: bytes, names: str) -> None:
+    path = tmp_path / "given.yml"
+    path.write_bytes(content)
+    stderr = _refused([f"{flag}={path}"])
+    assert stderr.count("\n") == 1 and str(path) in stderr and names in stderr, stderr
+    assert SECRET not in stderr and "Traceback" not in stderr, stderr
+
+
 @pytest.mark.parametrize(("content", "names"), [
     (f"collectors:\n  disk:\n    device-exclude: '{SECRET}(('\n", "collectors.disk.device-exclude: not a valid"),
     (f"push:\n  socket-mode: {SECRET}\n", "push.socket-mode: expected octal permission bits"),

@@ -28,8 +28,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
+from bottleneck_exporter.config import ConfigError, read_yaml, shown_key
 from bottleneck_exporter.gpu.backend import (
     CLOCK_EVENT_REASONS,
     VIOLATION_POLICIES,
@@ -103,13 +102,13 @@ _QUANTITY = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)\s*([A-Za-z%/]
 def quantity(value: Any, where: str) -> float:
     """``'81559 MiB'`` -> bytes, ``'11 %'`` -> 0.11, a bare number as is."""
     if isinstance(value, bool):
-        raise ProfileError(f"{where}: expected a number, got {value!r}")
+        raise ProfileError(f"{where}: expected a number")
     if isinstance(value, (int, float)):
         return float(value)
     match = _QUANTITY.match(str(value))
     if not match or (match.group(2) and match.group(2) not in _UNITS):
         units = ", ".join(_UNITS)
-        raise ProfileError(f"{where}: expected a number with an optional unit ({units}), got {value!r}")
+        raise ProfileError(f"{where}: expected a number with an optional unit ({units})")
     number, unit = float(match.group(1)), match.group(2)
     result = number / _DIVISORS[unit] if unit in _DIVISORS else number * _FACTORS.get(unit, 1.0)
     # 15 significant digits drop binary noise ("20.8 %" -> 0.208, not 0.20800000000000002).
@@ -127,7 +126,7 @@ def _mapping(
         raise ProfileError(f"{where}: expected a mapping with keys {', '.join(required + optional)}")
     for key in value:
         if key not in required + optional:
-            raise ProfileError(f"{where}.{key}: unknown key (known: {', '.join(required + optional)})")
+            raise ProfileError(f"{where}.{shown_key(key)}: unknown key (known: {', '.join(required + optional)})")
     for key in required:
         if key not in value:
             raise ProfileError(f"{where}.{key}: missing")
@@ -136,7 +135,7 @@ def _mapping(
 
 def _bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise ProfileError(f"{where}: expected true or false, got {value!r}")
+        raise ProfileError(f"{where}: expected true or false")
     return value
 
 
@@ -248,7 +247,7 @@ def _fields(value: Any, where: str) -> dict[str, Any]:
     parsed = {}
     for field, raw in value.items():
         if field not in FIELDS:
-            raise ProfileError(f"{where}.{field}: unknown GPU field (known: {', '.join(FIELDS)})")
+            raise ProfileError(f"{where}.{shown_key(field)}: unknown GPU field (known: {', '.join(FIELDS)})")
         parsed[field] = FIELDS[field](raw, f"{where}.{field}")
     return parsed
 
@@ -282,7 +281,7 @@ def _gpu(value: Any, where: str) -> GpuRecording:
             raise ProfileError(f"{where}: field {field} is neither recorded nor listed under unsupported")
     lost = spec.get("lost_from_scrape")
     if lost is not None and (not isinstance(lost, int) or isinstance(lost, bool) or lost < 1):
-        raise ProfileError(f"{where}.lost_from_scrape: expected a scrape number from 1, got {lost!r}")
+        raise ProfileError(f"{where}.lost_from_scrape: expected a scrape number from 1")
     return GpuRecording(
         key=str(spec["gpu"]),
         parent=None if spec.get("parent") is None else str(spec["parent"]),
@@ -295,13 +294,11 @@ def _gpu(value: Any, where: str) -> GpuRecording:
 
 
 def load_profile(path: str) -> Profile:
+    """The profile in ``path``; ProfileError naming the file and what is wrong, never a value it holds."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as err:
-        raise ProfileError(f"gpu profile {path}: cannot read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ProfileError(f"gpu profile {path}: not valid YAML: {err}") from None
+        data = read_yaml(path, "gpu profile")
+    except ConfigError as err:
+        raise ProfileError(f"gpu profile {err}") from None
     try:
         return _profile(path, data)
     except ProfileError as err:
@@ -315,7 +312,7 @@ def _profile(path: str, data: Any) -> Profile:
     spec = _mapping(data, "(top level)", ("format",),
                     ("description", "scrape_interval", "driver", "nvml_unavailable", "gpus"))
     if spec["format"] != 1:
-        raise ProfileError(f"format: expected 1, got {spec['format']!r}")
+        raise ProfileError("format: expected 1")
     driver = _mapping(spec.get("driver") or {"driver_version": "", "cuda_version": ""}, "driver",
                       ("driver_version", "cuda_version"))
     gpus = spec.get("gpus") or []
@@ -325,16 +322,17 @@ def _profile(path: str, data: Any) -> Profile:
     keys = [g.key for g in recordings]
     for rec in recordings:
         if keys.count(rec.key) > 1:
-            raise ProfileError(f"gpus: gpu {rec.key!r} appears twice")
+            raise ProfileError(f"gpus: gpu {shown_key(rec.key)} appears twice")
         if rec.parent is not None and rec.parent not in keys:
-            raise ProfileError(f"gpus: gpu {rec.key!r} names parent {rec.parent!r}, which is not listed")
+            raise ProfileError(f"gpus: gpu {shown_key(rec.key)} names parent {shown_key(rec.parent)}, which is not "
+                               "listed")
     interval = quantity(spec.get("scrape_interval", "15 s"), "scrape_interval")
     interval_us = _int(interval * 1e6, "scrape_interval")
     for rec in recordings:
         for i, values in enumerate(rec.scrapes):
             spec_ = values.get("utilization_samples")
             if spec_ is not None and spec_.period_us * spec_.count > interval_us:
-                raise ProfileError(f"gpu {rec.key!r} scrape {i + 1}: utilization_samples span more than "
+                raise ProfileError(f"gpu {shown_key(rec.key)} scrape {i + 1}: utilization_samples span more than "
                                    "scrape_interval")
     unavailable = spec.get("nvml_unavailable")
     return Profile(

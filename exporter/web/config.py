@@ -163,7 +163,7 @@ def _require_mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def load_web_config(path: str) -> WebConfig:
-    data = load_yaml(path)
+    data = load_yaml(path, "web config file")
     for key in data:
         if key not in _TOP_KEYS:
             raise ConfigError(f"{path}: {shown_key(key)}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
