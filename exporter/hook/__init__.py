@@ -6,8 +6,8 @@ Plain PyTorch, one line (see docs/hook.md)::
     loader = instrument(loader, model=model, optimizer=optimizer)
 
 Lightning: ``bottleneck_exporter.hook.lightning.BottleneckCallback``; Hugging Face:
-``bottleneck_exporter.hook.huggingface. BottleneckCallback``. Importing this package needs neither torch, Lightning nor
-transformers: torch is imported only once a model is attached. What the exporter then shows::
+``bottleneck_exporter.hook.huggingface.BottleneckCallback``. Importing this package needs neither torch, Lightning
+nor transformers: torch is imported only once a model is attached. What the exporter then shows::
 
     bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="data_wait"} 10.2
     bottleneck_train_steps_total{training_job="train",rank="0"} 120.0
