@@ -145,6 +145,20 @@ def probe_slow(stalled: int) -> None:
                 exporter.stop()
 
 
+def _basic_get(port: int, source: str, user: str, password: str) -> int:
+    """The status of GET /metrics with these credentials, on a new connection from the local address ``source``
+    (an attacker or a scraper elsewhere on the network); 0 when the connection failed."""
+    credential = base64.b64encode(f"{user}:{password}".encode()).decode()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
+        return connection.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        connection.close()
+
+
 def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
@@ -161,16 +175,7 @@ def probe_flood(rate: float = 60.0, seconds: float = 10.0) -> None:
 
             def wrong(index: int) -> None:
                 # From another address than the scrapers' (127.0.0.2): an attacker elsewhere on the network.
-                credential = base64.b64encode(f"prometheus:guess-{index}".encode()).decode()
-                connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
-                                                        source_address=("127.0.0.2", 0))
-                try:
-                    connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
-                    code = connection.getresponse().status
-                except OSError:
-                    code = 0
-                finally:
-                    connection.close()
+                code = _basic_get(exporter.port, "127.0.0.2", "prometheus", f"guess-{index}")
                 with lock:
                     answers[code] = answers.get(code, 0) + 1
 
@@ -220,16 +225,7 @@ def probe_addresses(addresses: int = 12, newcomers: int = 10) -> None:
                 index = 0
                 while not stop.is_set():
                     index += 1
-                    credential = base64.b64encode(f"late0:guess-{address}-{index}".encode()).decode()
-                    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
-                                                            source_address=(address, 0))
-                    try:
-                        connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
-                        code = connection.getresponse().status
-                    except OSError:
-                        code = 0
-                    finally:
-                        connection.close()
+                    code = _basic_get(exporter.port, address, "late0", f"guess-{address}-{index}")
                     with lock:
                         answers[code] = answers.get(code, 0) + 1
 
@@ -240,12 +236,7 @@ def probe_addresses(addresses: int = 12, newcomers: int = 10) -> None:
             first_try, latencies = 0, []
             for n in range(newcomers):
                 t0 = time.perf_counter()
-                connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=30,
-                                                        source_address=(f"127.0.1.{n + 1}", 0))
-                credential = base64.b64encode(f"late{n}:s3cret".encode()).decode()
-                connection.request("GET", "/metrics", headers={"Authorization": f"Basic {credential}"})
-                status = connection.getresponse().status
-                connection.close()
+                status = _basic_get(exporter.port, f"127.0.1.{n + 1}", f"late{n}", "s3cret")
                 latencies.append(time.perf_counter() - t0)
                 first_try += status == 200
                 time.sleep(0.5)
