@@ -10,14 +10,17 @@ Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
   hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and ``--dcgm-exporter.url`` say they
   are, labelled as Prometheus labels them: ``bottleneck_exporter.verdicts.peers``), then evaluates the expressions of
   the bundle those exporters feed (``--bundle`` picks another) over the samples with the Python evaluator
-  (exporter/heuristics/promql.py), rate windows being the sampled window. ``for:`` is respected as far as the window
-  allows: the expressions are evaluated at every sample, and a verdict whose condition has not held for its ``for:`` is
-  shown as pending, with the time it still needs.
+  (exporter/heuristics/promql.py), rate windows being the sampled window. The expressions are evaluated at every
+  sample, so each verdict says how long its condition held within the window (throughout, the last N seconds, or
+  briefly: set apart, it may be noise); ``for:`` stays the alerts' (the JSON says what a Prometheus would make of
+  the same samples). Before the verdicts, the report shows each training rank's step breakdown and each GPU's
+  utilization over the window.
 
 This module is the command line; the engine (sampling, evaluation, report) is ``bottleneck_exporter.verdicts``.
 
-Exit status: 0 no critical verdict, 1 at least one critical verdict, 2 usage or configuration error,
-3 Prometheus or the exporter could not be reached (or every query failed), 4 internal error (a bug).
+Exit status: 0 no critical verdict, 1 at least one critical verdict (standalone: one that held for at least half of
+the window, not briefly), 2 usage or configuration error, 3 Prometheus or the exporter could not be reached (or
+every query failed), 4 internal error (a bug).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ DURATION = argument_type(positive_duration())
 
 EXIT_OK, EXIT_CRITICAL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9847/metrics"
+LONGER = "sample longer with --window"  # said where a condition held too briefly to weigh
 
 
 _EXAMPLES = """\
@@ -201,7 +205,8 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     except (CatalogueError, ValueError) as error:
         print(f"bottleneck-exporter diagnose: error: {error}", file=err)
         return EXIT_USAGE
-    out.write(render_json(report, args.severity) if args.json else render_text(report, args.severity))
+    out.write(render_json(report, args.severity) if args.json
+              else render_text(report, args.severity, longer=None if args.prometheus_url else LONGER))
     out.flush()
     return EXIT_CRITICAL if report.critical else EXIT_OK
 

@@ -219,35 +219,50 @@ def test_standalone_on_this_machine_prints_verdicts_and_exits_by_severity(tmp_pa
     assert report["source"] == "in-process"
     assert report["rules_evaluated"] == len(CATALOGUE.alerts)
     assert report["errors"] == []
-    assert report["critical"] == any(v["severity"] == "critical" and v["state"] == "firing"
+    # Each verdict says how long its condition held within the window; only one that held throughout or for at
+    # least half the window is critical enough to set the exit status.
+    window = report["window_seconds"]
+    for verdict in report["verdicts"]:
+        held = verdict["sampled"]
+        assert held["state"] in evaluation.HELD_STATES and held["window_seconds"] == window, verdict
+        assert 0 <= held["held_seconds"] <= held["seen_seconds"] <= window, verdict
+    assert report["critical"] == any(v["severity"] == "critical" and v["sampled"]["state"] != evaluation.BRIEFLY
                                      for v in report["verdicts"])
-    # A 3 s window cannot hold a for: of minutes: what holds is shown as pending, with the time it needs.
-    assert all(v["state"] == "pending" and v["needs_seconds"] > 0 for v in report["verdicts"])
+    # A 3 s window cannot hold a for: of minutes: on a Prometheus, each alert would still be pending.
+    assert all(v["state"] == "pending" and v["needs_seconds"] > 0 and v["for_seconds"] >= 60
+               for v in report["verdicts"])
     assert result.returncode == (diagnose.EXIT_CRITICAL if report["critical"] else diagnose.EXIT_OK)
+    assert report["jobs"] == [], "no training run pushes to this diagnose's own socket"
     # The node was sampled: the verdicts about the monitoring itself (they read Prometheus' `up`) stay quiet.
     assert not [v for v in report["verdicts"] if v["alert"] in ("BottleneckExporterDown", "BottleneckExporterAbsent")]
     assert "sampling" in result.stderr and "3/3s" in result.stderr
     text = run_diagnose(["--window", "2", "--interval", "1", f"--push.socket={tmp_path}/push2.sock"])
     assert text.stdout.startswith("bottleneck-exporter diagnose: ")
     assert "rules evaluated" in text.stdout
+    assert "needs" not in text.stdout and "[pending" not in text.stdout, "for: is the alerts', not the report's"
 
 
 @pytest.mark.live
 @pytest.mark.torch
-def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
-    """A real CPU run with num_workers=0 and a slow dataset, pushing to diagnose's in-process receiver."""
+def test_standalone_names_an_input_bound_training_run_as_held_after_a_short_window(tmp_path: Path) -> None:
+    """A real CPU run with num_workers=0 and a slow dataset, pushing to diagnose's in-process receiver.
+
+    Regression: after a window shorter than the rule's for: (5m), the report said "[pending: holds 5m before it
+    fires, needs 4m 36s more]", nothing a person can act on; the verdict held at every sample and says so."""
     socket_path = tmp_path / "push.sock"
-    diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "12", "--interval",
+    diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "15", "--interval",
                              "1", "--json", f"--push.socket={socket_path}"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     stop = tmp_path / "stop"
     trainer = None
     try:
         wait_until(socket_path.exists, 20, "diagnose to bind its push socket")
+        # A datagram every 0.25 s: each 1 s sample sees steps the one before did not.
         trainer = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "slow", "--workers", "0",
              "--stop-file", str(stop)],
-            env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": "diag-slow"},
+            env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": "diag-slow",
+                 "BOTTLENECK_PUSH_INTERVAL": "0.25"},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, err = diag.communicate(timeout=90)
     finally:
@@ -261,5 +276,20 @@ def test_standalone_names_an_input_bound_training_run(tmp_path: Path) -> None:
     verdicts = [v for v in report["verdicts"] if v["labels"].get("training_job") == "diag-slow"]
     assert [v["alert"] for v in verdicts if v["alert"] in ("BottleneckInputBound", "BottleneckIoBound")] == [
         "BottleneckInputBound"], report
-    assert verdicts[0]["value"] > 0.5
+    (bound,) = [v for v in verdicts if v["alert"] == "BottleneckInputBound"]
+    assert bound["value"] > 0.5
+    held = bound["sampled"]
+    # Held at every sample since the job's series appeared, but the first (a rate needs two samples).
+    assert held["state"] == evaluation.THROUGHOUT, held
+    assert 0 < held["held_seconds"] < held["seen_seconds"] <= held["window_seconds"] == report["window_seconds"]
+    # for: stays the alert's: on a Prometheus it would still be pending.
+    assert (bound["for_seconds"], bound["state"]) == (300.0, "pending")
+    assert bound["needs_seconds"] == pytest.approx(300.0 - held["held_seconds"])
     assert "training telemetry" not in " ".join(report["missing"])
+    # The job's steps, measured over the window: most of each step waits for data.
+    (job,) = [job for job in report["jobs"] if job["job"] == "diag-slow"]
+    (rank,) = job["ranks"]
+    assert (rank["rank"], rank["over"]) == ("0", "window")
+    assert rank["phases"]["data_wait"]["share"] > 0.5 and rank["steps"] > 0 and rank["steps_per_second"] > 0
+    assert sum(phase["share"] for phase in rank["phases"].values()) == pytest.approx(1.0)
+    assert rank["step_seconds"] == pytest.approx(sum(p["seconds_per_step"] for p in rank["phases"].values()))

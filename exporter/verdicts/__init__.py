@@ -7,14 +7,17 @@
   labels it;
 * ``sampling``: our exporter (over HTTP, or the collectors and push receiver in this process) and its peers,
   sampled together (``Sampler``);
-* ``evaluation``: every alert expression over the samples, ``for:`` judged over the sample times (``evaluate``,
-  ``Finding``);
+* ``evaluation``: every alert expression over the samples, how long each held judged over the sample times
+  (``evaluate``, ``Finding``, ``Held``);
 * ``prometheus``: the same rules as instant queries of a Prometheus;
-* ``report``: what was read and found (``Report``), as text or JSON.
+* ``breakdown``: what the samples show besides the verdicts: each rank's step split into its phases, each GPU's
+  utilization;
+* ``bars``: the unicode-block bars the text report draws them with;
+* ``report``: what was read, measured and found (``Report``), as text or JSON.
 
 A run of the engine, as ``diagnose`` does it without a Prometheus::
 
     sampler = Sampler(HttpSource("http://127.0.0.1:9847/metrics"), socket.gethostname(), exporter_job())
     sampler.run(window=60, interval=5)
-    print(render_text(sampled(evaluate(sampler.samples(), "bottleneck"), sampler)))
+    print(render_text(sampled(evaluate(sampler.samples(), "bottleneck"), sampler), longer="sample longer"))
 """

@@ -1,14 +1,18 @@
-"""The catalogue judged over sampled series: which alert conditions hold at the last sample, since when, and which
-data nothing provided.
+"""The catalogue judged over sampled series: which alert conditions hold at the last sample, how long they held
+within the samples, and which data nothing provided.
 
 Reads a ``Samples`` (a series store labelled as Prometheus would, and the times it was sampled at; built by
 ``verdicts.sampling.Sampler`` or from the status page's recorder) and evaluates every alert expression of a
 bundle with the Python evaluator (``bottleneck_exporter.heuristics.promql``), rate windows being the sampled
-span. ``for:`` is respected as far as the samples allow: the expressions are evaluated at every sample time, and
-a verdict whose condition has not held for its ``for:`` is pending, with the seconds it still needs::
+span. The expressions are evaluated again at every sample time, each over the samples up to it, so each finding
+says how long its condition held up to the last sample (``Held``): throughout the time its subject was sampled,
+partly (the last N seconds, at least half that time), or briefly (less: it may be noise). ``for:`` belongs to the
+alerts: what a Prometheus would say after the same samples (pending, with the seconds it still needs, or
+firing) is kept beside it::
 
     Finding(rule=<BottleneckInputBound warning>, labels={"instance": "node-1", "training_job": "resnet",
-            "rank": "0"}, value=0.82, state="pending", needs_seconds=120.0)
+            "rank": "0"}, value=0.82, state="pending", needs_seconds=245.0,
+            held=Held(state="throughout", seconds=55.0, seen_seconds=60.0, window_seconds=60.0))
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ from bottleneck_exporter.verdicts.peers import URL_FLAGS
 from bottleneck_exporter.wire.schema import JOB_LABEL
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+# How long a condition held within the samples (``Held.state``). Only the first two weigh as verdicts: a
+# condition that held for less than half the time its subject was sampled may be noise, and a false alarm costs
+# the report its trust.
+THROUGHOUT, PARTLY, BRIEFLY = "throughout", "partly", "briefly"
+HELD_STATES = (THROUGHOUT, PARTLY, BRIEFLY)
+# The labels that say whose series a finding is about: the samples of those series tell when its subject was
+# first sampled (a training job started after the sampling did).
+SUBJECT_LABELS = ("instance", "job", JOB_LABEL, "rank", "gpu", "uuid")
 # What each family tells (ours, or its twin from node_exporter or dcgm-exporter); shown when none of them is
 # there, because the rules that need it cannot fire then.
 DATA_HINTS = (
@@ -49,13 +61,46 @@ DATA_HINTS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """How long a finding's condition held within the samples, up to the last one.
+
+    ``seconds``: since the first sample of its last unbroken run of samples where it held (as Prometheus counts
+    toward ``for:``; 0 when it held at the last sample only). ``seen_seconds``: since its subject's series were
+    first sampled (a job that started late is judged over the time it ran). ``state``: THROUGHOUT when it held at
+    every sample since then (but the first: a rate needs two), PARTLY when it held at least half that time,
+    BRIEFLY otherwise."""
+
+    state: str
+    seconds: float
+    seen_seconds: float
+    window_seconds: float
+
+    @property
+    def weighs(self) -> bool:
+        """Whether it counts as a verdict (THROUGHOUT or PARTLY), not as a condition that held briefly."""
+        return self.state != BRIEFLY
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "held_seconds": self.seconds, "seen_seconds": self.seen_seconds,
+                "window_seconds": self.window_seconds}
+
+
 @dataclasses.dataclass
 class Finding:
     rule: AlertRule
     labels: dict[str, str]
     value: float
-    state: str | None = None  # firing / pending (Prometheus' ALERTS, or from the samples)
+    # The alert's state: Prometheus' (its ALERTS series), or what a Prometheus would give after the same samples:
+    # firing once the condition held for its for:, pending before.
+    state: str | None = None
     needs_seconds: float | None = None  # pending, from the samples: how much longer the condition must hold
+    held: Held | None = None  # from the samples: how long the condition held within them
+
+    @property
+    def weighs(self) -> bool:
+        """Whether it counts as a verdict: a sampled condition that held briefly does not."""
+        return self.held is None or self.held.weighs
 
     @property
     def evidence(self) -> str:
@@ -79,6 +124,8 @@ class Finding:
             "value": None if math.isnan(self.value) else self.value, "unit": self.rule.heuristic.unit,
             "evidence": self.evidence, "advice": self.rule.advice, "runbook_url": self.rule.runbook_url,
             "state": self.state, "needs_seconds": self.needs_seconds,
+            "for": self.rule.for_, "for_seconds": parse_duration(self.rule.for_),
+            "sampled": None if self.held is None else self.held.as_dict(),
         }
 
 
@@ -102,6 +149,7 @@ class Evaluation:
     findings: list[Finding]
     errors: list[tuple[str, str]]  # (alert, message)
     missing: list[str]  # DATA_HINTS whose series nothing provided
+    samples: Samples | None = None  # what was evaluated (the report reads the step breakdown from it)
 
 
 def labels_of(metric: Mapping[str, str]) -> dict[str, str]:
@@ -127,9 +175,9 @@ def exporter_job(overrides: Mapping[str, object] | None = None) -> str:
 def evaluate(samples: Samples, bundle: str = DEFAULT_BUNDLE, overrides: Mapping[str, object] | None = None,
              window: float | None = None, hold_for: bool = True) -> Evaluation:
     """Every alert of ``bundle`` (parameters ``overrides``) at the last sample time. ``window``: the rate window
-    in seconds (default: the sampled span, so that a rate covers every sample). ``hold_for``: judge each
-    finding's ``for:`` over the sample times (firing or pending); without it a finding's state is unknown
-    (None). Raises ValueError without samples, CatalogueError for a bad override."""
+    in seconds (default: the sampled span, so that a rate covers every sample). ``hold_for``: judge over the
+    sample times how long each finding held (``held``) and its alert's ``for:`` (firing or pending); without it
+    both are unknown (None). Raises ValueError without samples, CatalogueError for a bad override."""
     if not samples.times:
         raise ValueError("no samples to evaluate")
     rate_window = max(1, math.ceil(samples.span) + 1) if window is None else max(1, math.ceil(window))
@@ -138,7 +186,7 @@ def evaluate(samples: Samples, bundle: str = DEFAULT_BUNDLE, overrides: Mapping[
     findings, errors = findings_at(catalogue, samples.store, at)
     if hold_for:
         hold_states(catalogue, samples.store, samples.times, findings)
-    return Evaluation(catalogue, at, samples.span, findings, errors, missing_in(samples.store))
+    return Evaluation(catalogue, at, samples.span, findings, errors, missing_in(samples.store), samples)
 
 
 def findings_at(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple[list[Finding], list[tuple[str, str]]]:
@@ -159,8 +207,9 @@ def findings_at(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple[li
 
 
 def hold_states(catalogue: Catalogue, store: SeriesStore, times: Sequence[float], findings: list[Finding]) -> None:
-    """Set each finding's state as Prometheus' ``for:`` would, evaluating at every sample time: firing when its
-    condition held at every sample for at least its ``for:``, else pending with the seconds it still needs."""
+    """Set how long each finding held within ``times`` (``held``) and its alert's state as Prometheus' ``for:``
+    would give it, evaluating every expression at every sample time: firing when its condition held at every
+    sample for at least its ``for:``, else pending with the seconds it still needs."""
     if not times:
         return
     active: dict[tuple[str, str], list[set[tuple[tuple[str, str], ...]]]] = {}
@@ -173,17 +222,48 @@ def hold_states(catalogue: Catalogue, store: SeriesStore, times: Sequence[float]
                 result = []
             held = {tuple(sorted(labels_of(s.labels).items())) for s in result} if isinstance(result, list) else set()
             active.setdefault(key, []).append(held)
+    first_seen = _first_seen(store)
     for finding in findings:
         key = (finding.rule.alert, finding.rule.severity)
         labels = tuple(sorted(finding.labels.items()))
-        since = times[-1]
-        for at, held in zip(reversed(times), reversed(active.get(key, [])), strict=False):
+        since = len(times) - 1
+        for index, held in reversed(list(enumerate(active.get(key, [])))):
             if labels not in held:
                 break
-            since = at
-        missing = parse_duration(finding.rule.for_) - (times[-1] - since)
+            since = index
+        seen = _seen_index(times, first_seen, finding.labels)
+        finding.held = _held(times, since, seen)
+        missing = parse_duration(finding.rule.for_) - finding.held.seconds
         finding.state = "firing" if missing <= 0 else "pending"
         finding.needs_seconds = None if missing <= 0 else missing
+
+
+def _held(times: Sequence[float], since: int, seen: int) -> Held:
+    """Held from ``times[since]`` to the last sample, its subject sampled from ``times[seen]``."""
+    last = times[-1]
+    seconds, seen_seconds = last - times[since], last - times[min(seen, since)]
+    if seconds > 0 and since <= seen + 1:
+        state = THROUGHOUT
+    elif seconds > 0 and seconds >= seen_seconds / 2:
+        state = PARTLY
+    else:
+        state = BRIEFLY
+    return Held(state, seconds, seen_seconds, last - times[0])
+
+
+def _first_seen(store: SeriesStore) -> list[tuple[dict[str, str], float]]:
+    """Each series' subject labels and its first sample time."""
+    return [({k: v for k, v in labels.items() if k in SUBJECT_LABELS}, series_times[0])
+            for labels, series_times, _ in store.series() if series_times]
+
+
+def _seen_index(times: Sequence[float], first_seen: Iterable[tuple[dict[str, str], float]],
+                labels: Mapping[str, str]) -> int:
+    """The index of the first sample time at which a series of the finding's subject was sampled (0 when no
+    series carries its labels: an aggregate's, or a label a rule made)."""
+    subject = {k: v for k, v in labels.items() if k in SUBJECT_LABELS}
+    earliest = min((at for series, at in first_seen if subject.items() <= series.items()), default=times[0])
+    return next((index for index, at in enumerate(times) if at >= earliest), 0)
 
 
 def missing_in(store: SeriesStore) -> list[str]:
