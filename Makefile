@@ -13,10 +13,11 @@ $(VENV)/.runtime: pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
-# Everything the tests need: torch (CPU build, pinned) first, then the project with its extras.
+# Everything the tests need: torch (CPU build, pinned) first, then the project with the kubelet client (its
+# `kubernetes` extra) and the dependency group `dev` (tests, frameworks, linters; pip >= 25.1 reads groups).
 $(VENV)/.installed: pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e '.[torch,test,lint,frameworks]'
+	$(PY) -m pip install -q -e '.[kubernetes]' --group dev
 	touch $@
 
 venv: $(VENV)/.installed
