@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import email
+import os
 import re
 import shlex
 import shutil
@@ -158,6 +159,30 @@ def test_the_wheel_requires_no_torch_and_puts_the_kubelet_client_in_an_extra(whe
     assert "prometheus-client" in unconditional and not unconditional & {"grpcio", "protobuf"}
     # Each of these requires torch: pip would resolve the CUDA build for it.
     assert not {name(r) for r in requires} & {"torch", "pytorch-lightning", "lightning", "accelerate"}
+
+
+INSTALLED_BUNDLE = f"""
+import sys
+from pathlib import Path
+import {PACKAGE}
+assert Path({PACKAGE}.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), {PACKAGE}.__file__
+from {PACKAGE}.cli import main
+sys.exit(main(["bundle", "write", sys.argv[2]]))
+"""
+
+
+def test_the_installed_wheel_writes_the_bundle_from_its_own_copies(wheel: Path, tmp_path: Path) -> None:
+    """Installed where no checkout is: the files come from the wheel (importlib.resources), not from links."""
+    target = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target)  # what pip does with a pure-Python wheel
+    assert not any(p.is_symlink() for p in target.rglob("*"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
+    result = subprocess.run([sys.executable, "-c", INSTALLED_BUNDLE, str(target), str(tmp_path / "bundle")],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "bundle" / "prometheus" / "rules" / "alert-rules.yml"
+    assert written.read_bytes() == (ROOT / "alerts" / "alert-rules.yml").read_bytes()
 
 
 def test_the_image_tag_the_manifests_deploy_is_the_package_s_version() -> None:
