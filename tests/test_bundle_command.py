@@ -207,6 +207,19 @@ def test_bundle_list_names_every_bundle_and_the_exporters_it_reads(capsys: pytes
     assert all(BUNDLES[line.split()[0]].sentence in line for line in lines)
 
 
+@pytest.mark.parametrize("command", [["list"], ["write", "DIR"]])
+def test_a_reader_that_stops_early_gets_no_traceback(command: list[str], tmp_path: Path) -> None:
+    """`bundle write DIR | head -1` printed a BrokenPipeError traceback once head had its line."""
+    argv = [str(tmp_path / "bundle") if a == "DIR" else a for a in command]
+    with subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "bundle", *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # before the command prints: every write it makes meets a closed pipe
+        stderr = child.stderr.read()
+        assert child.wait(timeout=120) == 0 and stderr == "", stderr
+    assert command == ["list"] or (tmp_path / "bundle" / MANIFEST).exists()
+
+
 def test_the_exporter_s_help_names_the_bundle_command() -> None:
     result = subprocess.run([sys.executable, "-m", "bottleneck_exporter", "--help"], capture_output=True, text=True,
                             timeout=120)

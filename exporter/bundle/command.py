@@ -81,7 +81,13 @@ def write_bundle(directory: Path, bundle: str, force: bool) -> int:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    if args.command == "list":
-        print(list_bundles(), end="")
+    try:
+        if args.command == "list":
+            print(list_bundles(), end="")
+            return EXIT_OK
+        return write_bundle(args.dir, args.bundle, args.force)
+    except BrokenPipeError:
+        # `bundle list | head -1`: the reader left, which is no error; the interpreter's flush at exit would
+        # raise again on the closed pipe, hence the descriptor pointed at /dev/null (as Python's docs advise).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    return write_bundle(args.dir, args.bundle, args.force)
