@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools run demo test lint golden generate bench
+.PHONY: venv tools run demo test lint golden generate bench wheel smoke
 
 # The exporter alone: no torch.
 $(VENV)/.runtime: pyproject.toml
@@ -13,10 +13,11 @@ $(VENV)/.runtime: pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
-# Everything the tests need: torch (CPU build, pinned) first, then the project with its extras.
+# Everything the tests need: torch (CPU build, pinned) first, then the project with the kubelet client (its
+# `kubernetes` extra) and the dependency group `dev` (tests, frameworks, linters; pip >= 25.1 reads groups).
 $(VENV)/.installed: pyproject.toml $(VENV)/.runtime
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e '.[torch,test,lint,frameworks]'
+	$(PY) -m pip install -q -e '.[kubernetes]' --group dev
 	touch $@
 
 venv: $(VENV)/.installed
@@ -41,6 +42,16 @@ lint: venv
 	$(VENV)/bin/ruff check exporter tests benchmarks deploy
 	mkdir -p build/typecheck && ln -sfn ../../exporter build/typecheck/bottleneck_exporter
 	$(VENV)/bin/mypy
+
+# The wheel a person installs (dist/): the package and the whole bundle of rules, alerts and dashboards.
+wheel: $(VENV)/.runtime
+	rm -rf build/lib  # setuptools builds there and never removes a deleted module's copy
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
+# The wheel installed into a fresh virtual environment outside the tree, then used as a person would: the exporter,
+# `run` on a real script, `bundle write` checked by promtool and amtool (what CI runs after the tests).
+smoke: tools
+	scripts/wheel-smoke
 
 # Regenerate the golden scrapes after an intended change; review them as a diff.
 golden: venv

@@ -2,6 +2,7 @@
 
     bottleneck-exporter [flags]            run the exporter (default)
     bottleneck-exporter diagnose [flags]   print bottleneck verdicts (see ``diagnose --help``)
+    bottleneck-exporter bundle COMMAND     list or write the rules, alerts and dashboards (``bundle --help``)
 
 The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come from
 each part's registration (``bottleneck_exporter.parts``); this module adds the web and logging flags, runs the parts
@@ -43,7 +44,8 @@ __all__ = ["DEFAULT_PORT", "build_collectors", "build_parser", "main", "run_expo
 
 _USAGE = """
   bottleneck-exporter [FLAGS]            run the exporter
-  bottleneck-exporter diagnose [FLAGS]   print bottleneck verdicts"""
+  bottleneck-exporter diagnose [FLAGS]   print bottleneck verdicts
+  bottleneck-exporter bundle COMMAND     list or write the rules, alerts and dashboards"""
 
 _DESCRIPTION = """\
 Exports GPU, CPU, memory, disk, network and training-step metrics that tell why training is slow,
@@ -156,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bottleneck_exporter.diagnose import main as diagnose_main
 
         return diagnose_main(argv[1:])
+    if argv and argv[0] == "bundle":
+        from bottleneck_exporter.bundle.command import main as bundle_main
+
+        return bundle_main(argv[1:])
     return run_exporter(argv)
 
 

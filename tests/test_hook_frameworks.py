@@ -1,7 +1,7 @@
 """The Lightning callback and the Hugging Face TrainerCallback report the same phases on the same tiny run.
 
-Both frameworks are real (the ``frameworks`` extra); each run pushes to a real receiver on a Unix socket.
-The dataset sleeps in ``__getitem__`` so data wait must dominate; gradient accumulation checks that one
+Both frameworks are real (the ``frameworks`` dependency group); each run pushes to a real receiver on a Unix
+socket. The dataset sleeps in ``__getitem__`` so data wait must dominate; gradient accumulation checks that one
 step is one optimizer step in both.
 """
 

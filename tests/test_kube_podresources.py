@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bottleneck_exporter.cli import build_collectors, build_parser
 from bottleneck_exporter.collectors.kubernetes import KubernetesCollector
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
-from bottleneck_exporter.kube.podresources import PodResourcesError
+from bottleneck_exporter.kube.podresources import CLIENT_MISSING, PodResourcesError
 from bottleneck_exporter.training.registry import TrainingRegistry
-from tests.conftest import ROOT, require_tool
+from tests.conftest import ROOT, require_tool, wait_until
 from tests.kubelet import Kubelet, container, devices, pod, response
 
 GPU0 = "GPU-5e0c1d2a-3b4c-5d6e-7f80-91a2b3c4d5e6"
@@ -256,3 +256,27 @@ def test_root_only_socket_as_a_non_root_user_is_said_once_and_not_a_failure(kube
     assert "bottleneck_gpu_kubernetes_info" not in result.stdout
     assert server.calls == 0
     assert result.stderr.count("not writable by uid") == 1, result.stderr
+
+
+@pytest.mark.live
+def test_without_grpcio_the_daemon_serves_and_only_the_kubernetes_collector_fails_naming_the_extra(
+        tmp_path: Path, kubelet: Any, start_exporter: Any) -> None:
+    """grpcio and protobuf left the required dependencies for the ``kubernetes`` extra: a node with the kubelet's
+    socket and a plain ``pip install bottleneck-exporter`` must still start, scrape, and say what to install."""
+    server = kubelet()
+    blocked = tmp_path / "no-grpcio"
+    blocked.mkdir()
+    # Shadows the installed grpc as a missing distribution does: `import grpc` raises ModuleNotFoundError.
+    (blocked / "grpc.py").write_text("raise ModuleNotFoundError(\"No module named 'grpc'\", name='grpc')\n")
+    path = os.pathsep.join(filter(None, (str(blocked), os.environ.get("PYTHONPATH"))))
+    exporter = start_exporter([f"--collector.kubernetes.pod-resources-socket={server.path}",
+                               "--collector.kubernetes.refresh-interval=0.1s", "--no-collector.gpu",
+                               f"--push.socket={tmp_path / 'push.sock'}"],
+                              env={"PYTHONPATH": path})
+    for _ in range(3):
+        scraped = exporter.scrape()
+    assert 'bottleneck_scrape_collector_success{collector="kubernetes"} 0.0' in scraped
+    assert 'bottleneck_scrape_collector_success{collector="cpu"} 1.0' in scraped
+    assert "bottleneck_gpu_kubernetes_info" not in scraped and server.calls == 0
+    log = wait_until(lambda: CLIENT_MISSING in exporter.output() and exporter.output(), 10, "the failure's log line")
+    assert len([line for line in log.splitlines() if CLIENT_MISSING in line]) == 1, log

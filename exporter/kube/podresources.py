@@ -10,7 +10,9 @@ The messages are built from a descriptor written here rather than from protoc ou
 messages are read (numbers from kubelet's ``pkg/apis/podresources/v1/api.proto``), unknown fields (CPU ids,
 memory, topology, DRA) are skipped by the parser, and no generated module ties the code to one protobuf
 release (protoc output refuses an older runtime). ``grpc`` and ``protobuf`` are imported on the first call, so
-a node without the socket never loads them.
+a node without the socket never loads them; they come with the ``kubernetes`` extra
+(``pip install 'bottleneck-exporter[kubernetes]'``, which the image installs), and where they are missing the
+call fails naming it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Any
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 DEFAULT_GPU_RESOURCES = r"nvidia\.com/(gpu(\.shared)?|mig-.+)"
+# The distributions the client needs, as pyproject.toml's extra names them.
+CLIENT_MISSING = ("the kubelet client (grpcio, protobuf) is not installed: "
+                  "pip install 'bottleneck-exporter[kubernetes]'")
 # The device plugin's deviceIDStrategy=uuid (its default); the index strategy's "0", "1" are not joinable.
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+")
 
@@ -72,7 +77,8 @@ class GpuAllocation:
 
 
 class PodResourcesError(RuntimeError):
-    """The socket is there but the kubelet did not answer (down, too slow, or the socket is not ours to use)."""
+    """The socket is there but the kubelet did not answer (down, too slow, or the socket is not ours to use), or
+    the client to ask it with is not installed."""
 
 
 def gpu_allocations(response: Any, resources: str = DEFAULT_GPU_RESOURCES) -> tuple[list[GpuAllocation], list[str]]:
@@ -97,10 +103,14 @@ def gpu_allocations(response: Any, resources: str = DEFAULT_GPU_RESOURCES) -> tu
 
 
 def list_pod_resources(socket: str, timeout: float) -> Any:
-    """One ``List`` call; raises PodResourcesError when no answer comes within ``timeout`` seconds."""
-    import grpc  # deferred: only nodes with a kubelet socket pay for loading it
+    """One ``List`` call; raises PodResourcesError when no answer comes within ``timeout`` seconds, or when the
+    client is not installed (the ``kubernetes`` extra)."""
+    try:
+        import grpc  # deferred: only nodes with a kubelet socket pay for loading it
 
-    classes = messages()
+        classes = messages()
+    except ImportError:
+        raise PodResourcesError(f"{socket}: {CLIENT_MISSING}") from None
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         call = channel.unary_unary(LIST_METHOD,
                                    request_serializer=classes["ListPodResourcesRequest"].SerializeToString,
