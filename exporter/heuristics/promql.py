@@ -59,21 +59,28 @@ Value = float | Vector
 
 
 class SeriesStore:
-    """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points."""
+    """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points, indexed by metric
+    name: a selector naming its metric reads only that metric's series, not the whole store (a node at the push
+    bounds holds thousands of series, and one alert expression has a dozen selectors)."""
 
     def __init__(self) -> None:
         self._series: dict[tuple[tuple[str, str], ...], tuple[list[float], list[float]]] = {}
+        self._by_name: dict[str, list[tuple[tuple[str, str], ...]]] = {}
 
     def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
         key = tuple(sorted(labels.items()))
+        if key not in self._series:
+            self._by_name.setdefault(labels.get("__name__", ""), []).append(key)
         times, values = self._series.setdefault(key, ([], []))
         for t, v in points:
             index = bisect.bisect_right(times, t)
             times.insert(index, t)
             values.insert(index, v)
 
-    def series(self) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
-        for key, (times, values) in self._series.items():
+    def series(self, name: str | None = None) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+        """Every series, or only those of metric ``name``."""
+        for key in self._series if name is None else self._by_name.get(name, ()):
+            times, values = self._series[key]
             yield dict(key), times, values
 
     def __len__(self) -> int:
@@ -667,7 +674,8 @@ class Evaluator:
         return self.binary(node)
 
     def _select(self, selector: Selector) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
-        for labels, times, values in self.store.series():
+        name = next((m.value for m in selector.matchers if m.name == "__name__" and m.op == "="), None)
+        for labels, times, values in self.store.series(name):
             if all(m.matches(labels) for m in selector.matchers):
                 yield labels, times, values
 
