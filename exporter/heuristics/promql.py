@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -432,7 +433,10 @@ def unquote(literal: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(text: str) -> Node:
+    """The tree of ``text``, the same one for the same text (its nodes are frozen): every evaluation of the
+    catalogue (a status page's verdicts, ``diagnose``) resolves it and parses its expressions again."""
     return Parser(text).parse()
 
 
