@@ -31,6 +31,7 @@ import bisect
 import dataclasses
 import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -59,6 +60,9 @@ Value = float | Vector
 # ---------------------------------------------------------------------------------------------- storage
 
 
+_TIME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+
+
 class SeriesStore:
     """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points, indexed by metric
     name: a selector naming its metric reads only that metric's series, not the whole store (a node at the push
@@ -73,6 +77,11 @@ class SeriesStore:
         if key not in self._series:
             self._by_name.setdefault(labels.get("__name__", ""), []).append(key)
         times, values = self._series.setdefault(key, ([], []))
+        if not times:  # a new series: its points at once, in time order (equal times keep their order)
+            ordered = sorted(points, key=_TIME)
+            times.extend(map(_TIME, ordered))
+            values.extend(map(_VALUE, ordered))
+            return
         for t, v in points:
             index = bisect.bisect_right(times, t)
             times.insert(index, t)
