@@ -136,14 +136,25 @@ class Points:
     def __init__(self, instance: str) -> None:
         self.instance = instance
         self._points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        # The labelled key of each (job, name, labels) given as a tuple: a recorder's snapshots repeat the same
+        # series at every sample, and labelling them again for each was most of a status page's verdicts.
+        self._keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[tuple[str, str], ...]] = {}
 
     def add(self, at: float, job: str, samples: Iterable[tuple[str, Labels, float]], up: bool = True) -> None:
         """One scrape of ``job`` at ``at``: its samples (none when it failed) and its ``up``."""
-        for name, labels, value in (*samples, ("up", {}, 1.0 if up else 0.0)):
+        for name, labels, value in (*samples, ("up", (), 1.0 if up else 0.0)):
             if math.isinf(value):
                 continue
-            key = tuple(sorted({**as_scraped(dict(labels), job, self.instance), "__name__": name}.items()))
+            if isinstance(labels, tuple):
+                key = self._keys.get((job, name, labels))
+                if key is None:
+                    key = self._keys[job, name, labels] = self._key(job, name, labels)
+            else:
+                key = self._key(job, name, labels)
             self._points.setdefault(key, []).append((at, value))
+
+    def _key(self, job: str, name: str, labels: Labels) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({**as_scraped(dict(labels), job, self.instance), "__name__": name}.items()))
 
     def store(self) -> SeriesStore:
         store = SeriesStore()
