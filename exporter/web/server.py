@@ -9,7 +9,8 @@ deadline. Bounds, node_exporter's where it has one:
   120 s between requests; a response must be taken within 30 s;
 - at most 512 connections; one more drops whichever has waited longest for a request head;
 - scrapes run in 4 threads; ``--web.max-requests`` (default 40, 0 = no limit) bounds those in flight, and
-  more are answered 503, as node_exporter does;
+  more are answered 503, as node_exporter does; so are pages (the status page on ``/``, ``/status.json``),
+  whose ETag gets a client that has it a 304 (``If-None-Match``);
 - bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address, the addresses
   with the fewest checks lately first; more are answered 503 (``web.passwords``). A flood of wrong passwords
   costs one core at most, a scraper whose password was never checked waits at most 8 checks however many
@@ -92,14 +93,18 @@ class Route:
     blocking: bool = False  # runs in a scrape thread and counts against --web.max-requests
 
 
+# A page: its body, content type and ETag (the render it is, "" for none).
+Page = Callable[[], tuple[bytes, str, str]]
+
+
 def text(status: int, body: str) -> Response:
     return Response(status, body.encode())
 
 
 def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool],
-           pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None) -> dict[str, Route]:
-    """The endpoints; ``pages`` (path → a function returning body and content type, e.g. the status page on
-    ``/``) replace the plain landing page. They run in a scrape thread: the status page may evaluate verdicts."""
+           pages: Mapping[str, Page] | None = None) -> dict[str, Route]:
+    """The endpoints; ``pages`` (path → a function returning body, content type and ETag, e.g. the status page
+    on ``/``) replace the plain landing page. They run in a scrape thread: the status page may evaluate verdicts."""
     def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         body = encoder(registry)
@@ -108,8 +113,18 @@ def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[],
             return Response(200, gzip.compress(body, compresslevel=1), content_type, (("Content-Encoding", "gzip"),))
         return Response(200, body, content_type)
 
-    def page(render: Callable[[], tuple[bytes, str]]) -> Route:
-        return Route(lambda _: Response(200, *render()), blocking=True)
+    def page(render: Page) -> Route:
+        def answer(request: Request) -> Response:
+            body, content_type, etag = render()
+            if not etag:
+                return Response(200, body, content_type)
+            # no-cache: a browser asks again on each reload, and gets a 304 while the render it has is current.
+            headers = (("ETag", etag), ("Cache-Control", "no-cache"))
+            if etag in (tag.strip() for tag in request.headers.get("if-none-match", "").split(",")):
+                return Response(304, b"", content_type, headers)
+            return Response(200, body, content_type, headers)
+
+        return Route(answer, blocking=True)
 
     return {
         "/-/healthy": Route(lambda _: text(200, "Healthy.\n"), public=True),
@@ -345,7 +360,7 @@ def serve(
     web_config: WebConfig | None = None,
     ready: Callable[[], bool] = lambda: True,
     max_requests: int = DEFAULT_MAX_REQUESTS,
-    pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None,
+    pages: Mapping[str, Page] | None = None,
 ) -> WebServer:
     """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``)."""
     return WebServer(bind(address), routes(registry, telemetry_path, ready, pages), web_config or WebConfig(),
