@@ -738,6 +738,35 @@ def test_pages_being_rendered_neither_hold_a_scrape_nor_take_its_places() -> Non
         server.shutdown()
 
 
+def test_a_page_waits_for_the_scrape_in_flight_before_it_renders(monkeypatch) -> None:
+    """Both need the interpreter's lock: a page rendered beside a scrape made the scrape wait for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prometheus_client import CollectorRegistry
+
+    import bottleneck_exporter.web.server as web
+
+    monkeypatch.setattr(web, "_PAGE_YIELD_SECONDS", 60.0)
+    held = _BlockingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(held)  # type: ignore[arg-type]
+    page = _HeldPage(scrape=held)
+    page.release.set()
+    server, url = _page_server(page, registry)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            scrape = pool.submit(requests.get, url + "/metrics", timeout=60)
+            assert held.entered.acquire(timeout=30)
+            asked = pool.submit(requests.get, url + "/", timeout=60)
+            wait_until(lambda: server._pools[web.PAGES].in_flight or page.renders, 30, "the page request to arrive")
+            held.release.set()
+            assert scrape.result().status_code == 200 and asked.result().status_code == 200
+        assert page.during_scrape == [False], "the page was rendered while the scrape was in flight"
+    finally:
+        held.release.set()
+        server.shutdown()
+
+
 @pytest.mark.live
 def test_a_flood_of_page_requests_at_the_push_bounds_never_gets_metrics_a_503(start_exporter, tmp_path: Path) -> None:
     """Regression: at the push bounds (8 jobs x 16 ranks, 4 GPUs) a page cost 70 ms of CPU and pages took the

@@ -12,8 +12,10 @@ deadline. Bounds, node_exporter's where it has one:
   more are answered 503, as node_exporter does;
 - pages (the status page on ``/``, ``/status.json``) run in 2 threads of their own, at most 16 in flight; more
   wait for a place (10 s at most, then 503). However many clients ask for pages, and whatever a page costs,
-  they never take a scrape's thread or its place under ``--web.max-requests``. A page's ETag gets a client
-  that has it a 304 (``If-None-Match``);
+  they never take a scrape's thread or its place under ``--web.max-requests``; and a page waits (1 s at most)
+  while a scrape is in flight, so that a flood of page requests does not keep the event loop and the
+  interpreter's lock from the scrape either. A page's ETag gets a client that has it a 304
+  (``If-None-Match``);
 - bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address, the addresses
   with the fewest checks lately first; more are answered 503 (``web.passwords``). A flood of wrong passwords
   costs one core at most, a scraper whose password was never checked waits at most 8 checks however many
@@ -69,6 +71,9 @@ _SCRAPE_THREADS = 4  # collection holds the GIL most of the time: more threads w
 _PAGE_THREADS = 2
 MAX_PAGE_REQUESTS = 16
 _PAGE_QUEUE_SECONDS = 10.0  # how long a page request beyond the bound waits for a place before a 503
+# How long a page waits for the scrapes in flight to end. Both need the interpreter's lock: without the wait,
+# clients asking for pages without pause kept a scrape at the push bounds waiting for it several times over.
+_PAGE_YIELD_SECONDS = 1.0
 SCRAPES = "scrapes"
 PAGES = "pages"
 
@@ -166,6 +171,8 @@ class WebServer:
                          f"Limit of concurrent page requests reached ({MAX_PAGE_REQUESTS}), try again later.\n",
                          queue_seconds=_PAGE_QUEUE_SECONDS),
         }
+        self._no_scrape = asyncio.Event()  # set while no scrape is in flight: pages wait for it
+        self._no_scrape.set()
         self._passwords = PasswordChecks(web.verify)
         self._connections: set[asyncio.Task[None]] = set()
         self._awaiting_head: dict[asyncio.Task[None], float] = {}  # connection → since when (monotonic)
@@ -287,9 +294,16 @@ class WebServer:
             await self._send(conn, writer, request.method, text(503, pool.refusal))
             return
         try:
+            if pool is self._pools[SCRAPES]:
+                self._no_scrape.clear()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._no_scrape.wait(), _PAGE_YIELD_SECONDS)
             await self._send(conn, writer, request.method, await self._respond(request, route, pool))
         finally:
             pool.leave()
+            if not self._pools[SCRAPES].in_flight:
+                self._no_scrape.set()
 
     async def _respond(self, request: Request, route: Route | None, pool: _Pool | None = None) -> Response:
         if route is None or not route.public:
