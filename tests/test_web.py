@@ -767,6 +767,26 @@ def test_a_page_waits_for_the_scrape_in_flight_before_it_renders(monkeypatch) ->
         server.shutdown()
 
 
+def test_a_page_is_sent_gzipped_when_asked_and_a_client_holding_its_etag_gets_304() -> None:
+    page = _HeldPage()
+    page.release.set()
+    server, url = _page_server(page)
+    try:
+        plain = requests.get(url + "/", timeout=30, headers={"Accept-Encoding": "identity"})
+        assert plain.status_code == 200 and "Content-Encoding" not in plain.headers
+        zipped = requests.get(url + "/", timeout=30, headers={"Accept-Encoding": "gzip"})
+        assert zipped.headers["Content-Encoding"] == "gzip" and zipped.content == plain.content
+        assert int(zipped.headers["Content-Length"]) < len(plain.content) / 10
+        etag = plain.headers["ETag"]
+        assert zipped.headers["ETag"] == etag and plain.headers["Cache-Control"] == "no-cache"
+        again = requests.get(url + "/", timeout=30, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        other = requests.get(url + "/", timeout=30, headers={"If-None-Match": 'W/"0-0.000"'})
+        assert other.status_code == 200 and other.content == plain.content
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.live
 def test_a_flood_of_page_requests_at_the_push_bounds_never_gets_metrics_a_503(start_exporter, tmp_path: Path) -> None:
     """Regression: at the push bounds (8 jobs x 16 ranks, 4 GPUs) a page cost 70 ms of CPU and pages took the

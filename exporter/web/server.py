@@ -15,7 +15,7 @@ deadline. Bounds, node_exporter's where it has one:
   they never take a scrape's thread or its place under ``--web.max-requests``; and a page waits (1 s at most)
   while a scrape is in flight, so that a flood of page requests does not keep the event loop and the
   interpreter's lock from the scrape either. A page's ETag gets a client that has it a 304
-  (``If-None-Match``);
+  (``If-None-Match``), and a client that takes gzip gets the page compressed once per render;
 - bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address, the addresses
   with the fewest checks lately first; more are answered 503 (``web.passwords``). A flood of wrong passwords
   costs one core at most, a scraper whose password was never checked waits at most 8 checks however many
@@ -132,14 +132,25 @@ def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[],
         return Response(200, body, content_type)
 
     def page(render: Page) -> Route:
+        zipped: list[tuple[str, bytes]] = []  # (ETag, gzip) of the last render sent compressed
+
         def answer(request: Request) -> Response:
             body, content_type, etag = render()
             if not etag:
                 return Response(200, body, content_type)
             # no-cache: a browser asks again on each reload, and gets a 304 while the render it has is current.
-            headers = (("ETag", etag), ("Cache-Control", "no-cache"))
+            headers: tuple[tuple[str, str], ...] = (("ETag", etag), ("Cache-Control", "no-cache"),
+                                                    ("Vary", "Accept-Encoding"))
             if etag in (tag.strip() for tag in request.headers.get("if-none-match", "").split(",")):
                 return Response(304, b"", content_type, headers)
+            if "gzip" in request.headers.get("accept-encoding", ""):
+                # Compressed once per render, not per request: a page at the push bounds shrinks about 25 times,
+                # and so do the bytes a flood of clients has the event loop send.
+                last = zipped[-1] if zipped else None
+                if last is None or last[0] != etag:
+                    last = etag, gzip.compress(body, compresslevel=6)
+                    zipped[:] = [last]
+                return Response(200, last[1], content_type, (*headers, ("Content-Encoding", "gzip")))
             return Response(200, body, content_type, headers)
 
         return Route(answer, pool=PAGES)
