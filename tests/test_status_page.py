@@ -7,6 +7,7 @@ to docs/status-page.png, the picture in the README.
 
 from __future__ import annotations
 
+import array
 import http.server
 import json
 import os
@@ -25,7 +26,7 @@ import requests
 
 from bottleneck_exporter.status import model
 from bottleneck_exporter.status.page import render
-from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder
+from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder, Snapshot
 from bottleneck_exporter.status.renders import FRESH_SECONDS, Renders
 from bottleneck_exporter.status.verdicts import Verdicts
 from bottleneck_exporter.wire.encode import encode
@@ -272,6 +273,30 @@ def test_a_job_that_pushed_after_the_last_collection_is_on_the_next_page(start_e
     jobs = wait_until(on_the_page, 30, "the job on /status.json")
     assert [(job["job"], [rank["steps"] for rank in job["ranks"]]) for job in jobs] == [("pushed-just-now", [5.0])]
     assert "pushed-just-now" in requests.get(f"{exporter.url}/", timeout=30).text
+
+
+def _train_snapshot(at: float, ranks: dict[str, tuple[float, float, float]]) -> Snapshot:
+    """A snapshot of job "j": per rank, (steps, step seconds, data wait seconds) so far."""
+    series, numbers = [], []
+    for rank, (steps, step, data_wait) in ranks.items():
+        labels = (("rank", rank), ("training_job", "j"))
+        series.append(("bottleneck_train_steps_total", labels))
+        numbers.append(steps)
+        for phase, seconds in (("step", step), ("data_wait", data_wait)):
+            series.append(("bottleneck_train_phase_seconds_total", (("phase", phase), *labels)))
+            numbers.append(seconds)
+    return Snapshot(at, tuple(series), array.array("d", numbers))
+
+
+def test_a_rank_that_joined_after_the_oldest_snapshot_is_split_from_its_own_first() -> None:
+    snapshots = [_train_snapshot(0.0, {"0": (10, 10.0, 5.0)}),
+                 _train_snapshot(5.0, {"0": (20, 20.0, 10.0), "1": (4, 4.0, 1.0)}),
+                 _train_snapshot(10.0, {"0": (30, 30.0, 12.0), "1": (8, 8.0, 3.0)})]
+    data = model.build(snapshots, {}, {"started_at": 0.0}, now=10.0, verdicts=Verdicts(10.0, 3, [], [], []))
+    ranks = {rank["rank"]: rank for rank in data["jobs"][0]["ranks"]}
+    assert (ranks["0"]["window_steps"], ranks["0"]["phase_ratios"]["data_wait"]) == (20, 0.35)
+    assert (ranks["1"]["window_steps"], ranks["1"]["phase_ratios"]["data_wait"]) == (4, 0.5)
+    assert ranks["0"]["phases_over"] == ranks["1"]["phases_over"] == "recent"
 
 
 class _Held(http.server.BaseHTTPRequestHandler):
