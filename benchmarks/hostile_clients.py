@@ -1,6 +1,7 @@
 """The exporter under hostile clients, forged pushes and floods: the probes of issue 12, re-measured.
 
-    .venv/bin/python benchmarks/hostile_clients.py [--probe bounds slow flood forge fuzz] [--stalled 300]
+    .venv/bin/python benchmarks/hostile_clients.py [--probe bounds slow flood forge fuzz pages] [--stalled 300]
+        [--clients 30] [--seconds 30]
 
 Each probe starts a real exporter (``python -m bottleneck_exporter``) on a free loopback port, except ``bounds``, and
 prints what it measured:
@@ -20,6 +21,12 @@ prints what it measured:
   forge   a second process pushing for a job/rank another process owns; steps_total before and after, and
           bottleneck_push_rejected_total{reason="not_owner"}.
   fuzz    100,000 mutated and random datagrams through the Unix socket; received, counted by reason, and rate.
+  pages   the status page at the push bounds (--push.max-jobs x --push.max-ranks-per-job ranks pushing every
+          second, 4 GPUs from a recorded profile): what one page costs in CPU (a collection, the verdicts over a
+          full ring, the page's data and HTML, its JSON), then --clients clients asking for / without pause for
+          --seconds while a Prometheus-style scrape of /metrics comes every second: the scrapes' latency
+          (median, max) and status codes before and during, the pages' answers, how many renders they shared
+          (distinct ETags) and the exporter's CPU.
 """
 
 from __future__ import annotations
@@ -56,6 +63,10 @@ from tests.conftest import ExporterProcess  # noqa: E402
 from tests.datagrams import full_payload, hook_payload  # noqa: E402
 
 BASE = ["--collector.disable-defaults", "--collector.memory", "--collector.cpu"]
+GPU_PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
+# What Prometheus sends when it scrapes.
+SCRAPE_HEADERS = {"Accept": "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4",
+                  "Accept-Encoding": "gzip"}
 
 
 def timed(get: Callable[[], requests.Response], count: int = 20) -> tuple[float, float, int]:
@@ -334,6 +345,155 @@ def probe_fuzz(count: int = 100_000) -> None:
             exporter.stop()
 
 
+def _bounds_payload(job: str, rank: int, seq: int) -> dict:
+    """A full datagram of a rank that has run ``seq`` pushes' worth of steps, sent now."""
+    payload = full_payload(job, rank)
+    payload.update(seq=seq, time=time.time(), steps=3 * seq, samples=3.0 * seq)
+    payload["phase_seconds"] = {phase: 0.01 * seq * (4 if phase == "step" else 1) for phase in payload["phase_seconds"]}
+    payload["step_buckets"] = [3 * seq] + [0] * (len(payload["step_buckets"]) - 1)
+    return payload
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _page_cost(jobs: int, ranks: int) -> None:
+    """One page at the bounds, in this process: the same parts as the exporter's, a full ring."""
+    from bottleneck_exporter.cli import build_parser
+    from bottleneck_exporter.collectors.orchestrator import Orchestrator
+    from bottleneck_exporter.parts import PUSH, build_parts
+    from bottleneck_exporter.status import Status, model, page
+    from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS
+    from bottleneck_exporter.status.verdicts import evaluate
+    from bottleneck_exporter.training.registry import TrainingRegistry
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = build_parser().parse_args([f"--push.socket={tmp}/push.sock", f"--collector.gpu.profile={GPU_PROFILE}"])
+        parts = build_parts(args, {}, TrainingRegistry(), "")
+        status = Status(Orchestrator(parts), parts, listen_address=":0", telemetry_path="/metrics", interval=15.0)
+        status.recorder.spacing = 0.0  # a full ring now, rather than after five minutes
+        collections = []
+        for seq in range(1, MAX_SNAPSHOTS + 1):
+            for job in range(jobs):
+                for rank in range(ranks):
+                    parts[PUSH].handle(encode(_bounds_payload(f"job-{job}", rank, seq)))
+            start = time.process_time()
+            list(status.recorder.collect())
+            collections.append(time.process_time() - start)
+        snapshots = status.recorder.snapshots()
+        facts = {**status.facts, "ready": True}
+
+        def cost(work: Callable[[], object], count: int = 3) -> float:
+            start = time.process_time()
+            for _ in range(count):
+                work()
+            return (time.process_time() - start) / count * 1000
+
+        verdicts = evaluate(snapshots, str(facts["instance"]), status.bundle)
+        data = model.build(snapshots, parts, facts, verdicts=verdicts)
+        print(f"pages: one page at {jobs} jobs x {ranks} ranks, 4 GPUs, {len(snapshots)} snapshots of "
+              f"{len(snapshots[-1].series)} series: a collection {statistics.median(collections) * 1000:.1f} ms CPU, "
+              f"the verdicts {cost(lambda: evaluate(snapshots, str(facts['instance']), status.bundle)):.0f} ms, "
+              f"the page's data {cost(lambda: model.build(snapshots, parts, facts, verdicts=verdicts)):.1f} ms, "
+              f"its HTML {cost(lambda: page.render(data)):.1f} ms, "
+              f"its JSON {cost(lambda: json.dumps(data, indent=2)):.1f} ms")
+        parts[PUSH].stop()
+
+
+def probe_pages(clients: int = 30, seconds: float = 30.0) -> None:
+    defaults = {option.name: option.default for option in OPTIONS}
+    jobs, ranks = defaults["max-jobs"], defaults["max-ranks-per-job"]
+    _page_cost(jobs, ranks)
+    with tempfile.TemporaryDirectory() as tmp:
+        sock_path = f"{tmp}/push.sock"
+        exporter = ExporterProcess([f"--push.socket={sock_path}", f"--collector.gpu.profile={GPU_PROFILE}"])
+        stop = threading.Event()
+
+        def push() -> None:  # every rank of every job, once a second, as training processes would
+            sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            seq = 0
+            while not stop.is_set():
+                seq += 1
+                for job in range(jobs):
+                    for rank in range(ranks):
+                        sender.sendto(encode(_bounds_payload(f"job-{job}", rank, seq)), sock_path)
+                stop.wait(1.0)
+            sender.close()
+
+        pusher = threading.Thread(target=push)
+        try:
+            exporter.wait_ready()
+            pusher.start()
+            deadline = time.monotonic() + 30
+            while f"bottleneck_push_jobs {jobs:.1f}" not in exporter.scrape():
+                assert time.monotonic() < deadline, "the pushed jobs never showed on /metrics"
+                time.sleep(0.2)
+            scrape_url = exporter.url + "/metrics"
+
+            def scrapes(until: float) -> tuple[list[float], dict[int, int]]:
+                """Prometheus-style until ``until`` (monotonic): one kept-alive connection, one scrape a second,
+                a 10 s timeout."""
+                latencies: list[float] = []
+                codes: dict[int, int] = {}
+                with requests.Session() as session:
+                    while time.monotonic() < until:
+                        start = time.perf_counter()
+                        try:
+                            code = session.get(scrape_url, headers=SCRAPE_HEADERS, timeout=10).status_code
+                        except requests.RequestException:
+                            code = 0
+                        latencies.append(time.perf_counter() - start)
+                        codes[code] = codes.get(code, 0) + 1
+                        time.sleep(max(0.0, 1.0 - latencies[-1]))
+                return latencies, codes
+
+            quiet, quiet_codes = scrapes(time.monotonic() + 5)
+            answers: dict[int, int] = {}
+            page_latencies: list[float] = []
+            etags: set[str] = set()
+            lock = threading.Lock()
+            flood_end = time.monotonic() + seconds
+
+            def client() -> None:
+                with requests.Session() as session:
+                    while time.monotonic() < flood_end:
+                        start = time.perf_counter()
+                        try:
+                            response = session.get(exporter.url + "/", timeout=30)
+                            code, etag = response.status_code, response.headers.get("ETag")
+                        except requests.RequestException:
+                            code, etag = 0, None
+                        with lock:
+                            answers[code] = answers.get(code, 0) + 1
+                            page_latencies.append(time.perf_counter() - start)
+                            if etag:
+                                etags.add(etag)
+
+            cpu_before = _cpu_seconds(exporter.proc.pid)
+            with ThreadPoolExecutor(clients) as pool:
+                for _ in range(clients):
+                    pool.submit(client)
+                time.sleep(0.5)
+                during, during_codes = scrapes(flood_end - 0.5)
+            cpu = _cpu_seconds(exporter.proc.pid) - cpu_before
+            renders = f"{len(etags)} renders (distinct ETags)" if etags else \
+                f"no ETag: each of the {answers.get(200, 0)} pages rendered"
+            print(f"pages: {clients} clients asking for / for {seconds:.0f} s: {sum(answers.values())} pages "
+                  f"{answers}, median {statistics.median(page_latencies) * 1000:.0f} ms, {renders}; exporter CPU "
+                  f"{cpu:.1f} s ({cpu / seconds:.0%} of a core)")
+            print(f"pages: /metrics every second: quiet median/max {statistics.median(quiet) * 1000:.0f}/"
+                  f"{max(quiet) * 1000:.0f} ms {quiet_codes}; during the flood {statistics.median(during) * 1000:.0f}/"
+                  f"{max(during) * 1000:.0f} ms {during_codes}, {sum(1 for s in during if s > 1)} of {len(during)} "
+                  f"over a second")
+        finally:
+            stop.set()
+            if pusher.is_alive():
+                pusher.join()
+            exporter.stop()
+
+
 def probe_load(scrapers: int = 50, seconds: float = 30.0) -> None:
     exporter = ExporterProcess(["--push.disable"])  # every default collector
     try:
@@ -371,13 +531,17 @@ def probe_load(scrapers: int = 50, seconds: float = 30.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    probes = ["bounds", "load", "slow", "flood", "addresses", "forge", "fuzz"]
+    probes = ["bounds", "load", "slow", "flood", "addresses", "forge", "fuzz", "pages"]
     parser.add_argument("--probe", nargs="+", default=probes, choices=probes)
     parser.add_argument("--stalled", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=30, help="pages: clients asking for / (default: 30)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="pages: how long they ask (default: 30)")
     args = parser.parse_args()
     for probe in args.probe:
         if probe == "slow":
             probe_slow(args.stalled)
+        elif probe == "pages":
+            probe_pages(args.clients, args.seconds)
         else:
             {"bounds": probe_bounds, "load": probe_load, "flood": probe_flood, "addresses": probe_addresses,
              "forge": probe_forge, "fuzz": probe_fuzz}[probe]()

@@ -7,23 +7,31 @@ to docs/status-page.png, the picture in the README.
 
 from __future__ import annotations
 
+import array
 import http.server
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
 
+from bottleneck_exporter.status import model
 from bottleneck_exporter.status.page import render
-from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder
+from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder, Snapshot
+from bottleneck_exporter.status.renders import FRESH_SECONDS, Renders
+from bottleneck_exporter.status.verdicts import Verdicts
+from bottleneck_exporter.wire.encode import encode
 from tests.conftest import ROOT, require_tool, wait_until
+from tests.datagrams import hook_payload
 
 PROFILE = ROOT / "tests" / "fixtures" / "gpu-profiles" / "hopper-4x-h100.yaml"
 SCREENSHOT = ROOT / "docs" / "status-page.png"
@@ -179,6 +187,116 @@ def test_status_json_is_valid_json_before_the_first_collection() -> None:
     json.dumps(data)
     assert data["verdicts"]["snapshots"] == 0 and data["jobs"] == [] and data["gpu"]["state"] == "off"
     assert "Collecting samples" in render({**data, "exporter": {**data["exporter"], "instance": "n"}}).decode()
+
+
+# -- fresh when asked -------------------------------------------------------------------------------------------
+class _Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Gated(_Counting):
+    """A _Counting collector whose collections wait at a gate (open unless closed), saying when one has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def collect(self):
+        self.entered.set()
+        assert self.gate.wait(60)
+        return super().collect()
+
+
+def _renders(collector: _Counting, clock: _Clock) -> tuple[Recorder, Renders]:
+    recorder = Recorder(collector, {"bottleneck_push_jobs"}, spacing=5.0, clock=clock)
+    facts = {"version": "0.1.0", "instance": "node-1", "started_at": 0.0}
+    verdicts = Verdicts(0.0, 0, [], [], [])
+    return recorder, Renders(recorder, lambda: model.build(
+        [s for s in (recorder.latest(),) if s is not None], {}, facts, now=clock(), verdicts=verdicts), clock=clock)
+
+
+def test_a_page_takes_a_new_collection_only_when_the_last_is_older_than_the_fresh_interval() -> None:
+    """Regression: the page showed the collection taken at start until the sampler's next, 15 s later. Now a
+    request takes one when the last is 2 s old, at most one per 2 s however many ask, and a scrape's young
+    collection serves as well as its own."""
+    clock, collector = _Clock(), _Counting()
+    recorder, renders = _renders(collector, clock)
+    first = {renders.page("json").etag for _ in range(50)}
+    assert (collector.n, renders.count, len(first)) == (1, 1, 1)
+    clock.now += FRESH_SECONDS - 0.1
+    assert renders.page("html").etag in first and collector.n == 1, "a fresh render is served as it is"
+    clock.now += 0.1
+    second = renders.page("json")
+    assert (collector.n, renders.count) == (2, 2) and second.etag not in first
+    assert json.loads(second.body)["collection"]["at"] == clock.now
+    clock.now += 1.0
+    list(recorder.collect())  # a scrape's collection
+    clock.now += FRESH_SECONDS - 1.0
+    third = renders.page("json")
+    assert (collector.n, renders.count) == (3, 3), "a scrape's collection 1 s old needs no other"
+    assert json.loads(third.body)["collection"]["at"] == clock.now - 1.0
+
+
+def test_concurrent_page_requests_share_one_collection_and_one_render() -> None:
+    clock, collector = _Clock(), _Gated()
+    _, renders = _renders(collector, clock)
+    collector.gate.clear()
+    with ThreadPoolExecutor(12) as pool:
+        asked = [pool.submit(renders.page, "html" if n % 2 else "json") for n in range(12)]
+        assert collector.entered.wait(30)  # one request collects; the others wait for it
+        collector.gate.set()
+        pages = [future.result(timeout=60) for future in asked]
+    assert (collector.n, renders.count) == (1, 1)
+    assert len({page.etag for page in pages}) == 1
+    assert len({page.body for page in pages}) == 2, "each form made once, the same bytes for every request"
+
+
+def test_a_job_that_pushed_after_the_last_collection_is_on_the_next_page(start_exporter, tmp_path: Path) -> None:
+    """Regression: "No training process has pushed its step timings" for a job whose series had been on /metrics
+    for 6 s: the page showed the collection taken at start until the sampler's next one."""
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter(["--collector.disable-defaults", f"--push.socket={sock}",
+                               "--web.status-interval=1h"])  # the sampler will not collect again
+    assert requests.get(f"{exporter.url}/status.json", timeout=30).json()["jobs"] == []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.sendto(encode(hook_payload("pushed-just-now", steps=5)), str(sock))
+
+    def on_the_page() -> list:
+        return requests.get(f"{exporter.url}/status.json", timeout=30).json()["jobs"]
+
+    jobs = wait_until(on_the_page, 30, "the job on /status.json")
+    assert [(job["job"], [rank["steps"] for rank in job["ranks"]]) for job in jobs] == [("pushed-just-now", [5.0])]
+    assert "pushed-just-now" in requests.get(f"{exporter.url}/", timeout=30).text
+
+
+def _train_snapshot(at: float, ranks: dict[str, tuple[float, float, float]]) -> Snapshot:
+    """A snapshot of job "j": per rank, (steps, step seconds, data wait seconds) so far."""
+    series, numbers = [], []
+    for rank, (steps, step, data_wait) in ranks.items():
+        labels = (("rank", rank), ("training_job", "j"))
+        series.append(("bottleneck_train_steps_total", labels))
+        numbers.append(steps)
+        for phase, seconds in (("step", step), ("data_wait", data_wait)):
+            series.append(("bottleneck_train_phase_seconds_total", (("phase", phase), *labels)))
+            numbers.append(seconds)
+    return Snapshot(at, tuple(series), array.array("d", numbers))
+
+
+def test_a_rank_that_joined_after_the_oldest_snapshot_is_split_from_its_own_first() -> None:
+    snapshots = [_train_snapshot(0.0, {"0": (10, 10.0, 5.0)}),
+                 _train_snapshot(5.0, {"0": (20, 20.0, 10.0), "1": (4, 4.0, 1.0)}),
+                 _train_snapshot(10.0, {"0": (30, 30.0, 12.0), "1": (8, 8.0, 3.0)})]
+    data = model.build(snapshots, {}, {"started_at": 0.0}, now=10.0, verdicts=Verdicts(10.0, 3, [], [], []))
+    ranks = {rank["rank"]: rank for rank in data["jobs"][0]["ranks"]}
+    assert (ranks["0"]["window_steps"], ranks["0"]["phase_ratios"]["data_wait"]) == (20, 0.35)
+    assert (ranks["1"]["window_steps"], ranks["1"]["phase_ratios"]["data_wait"]) == (4, 0.5)
+    assert ranks["0"]["phases_over"] == ranks["1"]["phases_over"] == "recent"
 
 
 class _Held(http.server.BaseHTTPRequestHandler):

@@ -681,3 +681,151 @@ def test_kept_alive_scrapes_do_not_wait_for_the_client_s_delayed_ack() -> None:
     finally:
         connection.close()
         server.shutdown()
+
+
+# -- pages beside scrapes --------------------------------------------------------------------------------------
+class _HeldPage:
+    """A page whose render waits until released, and what it saw: whether a scrape was in flight then."""
+
+    def __init__(self, scrape: _BlockingCollector | None = None) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.scrape = scrape
+        self.during_scrape: list[bool] = []
+        self.renders = 0
+
+    def __call__(self) -> tuple[bytes, str, str]:
+        self.renders += 1
+        if self.scrape is not None:
+            self.during_scrape.append(not self.scrape.release.is_set())
+        self.entered.release()
+        self.release.wait(60)
+        return b"<p>a page</p>" * 100, "text/html; charset=utf-8", 'W/"1-0.000"'
+
+
+def _page_server(page: _HeldPage, registry: object = None, max_requests: int = 2):  # type: ignore[no-untyped-def]
+    from prometheus_client import CollectorRegistry
+
+    from bottleneck_exporter.web.server import serve, start_in_thread
+
+    server = serve(f"127.0.0.1:{free_port()}", registry or CollectorRegistry(auto_describe=False),  # type: ignore[arg-type]
+                   max_requests=max_requests, pages={"/": page, "/status.json": page})
+    start_in_thread(server)
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_pages_being_rendered_neither_hold_a_scrape_nor_take_its_places() -> None:
+    """Regression: pages ran in the four scrape threads and counted against --web.max-requests, so clients
+    asking for the status page at the push bounds held /metrics for seconds, and 60 of them got it 503s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bottleneck_exporter.web.server import MAX_PAGE_REQUESTS
+
+    page = _HeldPage()
+    server, url = _page_server(page, max_requests=2)
+    try:
+        with ThreadPoolExecutor(MAX_PAGE_REQUESTS + 4) as pool:
+            pages = [pool.submit(requests.get, url + "/", timeout=60) for _ in range(MAX_PAGE_REQUESTS + 4)]
+            assert page.entered.acquire(timeout=30)  # a page is being rendered, and more wait for it
+            for _ in range(3):
+                scrape = requests.get(url + "/metrics", timeout=30)
+                assert scrape.status_code == 200, scrape.text
+            page.release.set()
+            # Beyond the pages' own bound a request waits for a place: none is refused.
+            assert [f.result().status_code for f in pages] == [200] * len(pages)
+    finally:
+        page.release.set()
+        server.shutdown()
+
+
+def test_a_page_waits_for_the_scrape_in_flight_before_it_renders(monkeypatch) -> None:
+    """Both need the interpreter's lock: a page rendered beside a scrape made the scrape wait for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prometheus_client import CollectorRegistry
+
+    import bottleneck_exporter.web.server as web
+
+    monkeypatch.setattr(web, "_PAGE_YIELD_SECONDS", 60.0)
+    held = _BlockingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(held)  # type: ignore[arg-type]
+    page = _HeldPage(scrape=held)
+    page.release.set()
+    server, url = _page_server(page, registry)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            scrape = pool.submit(requests.get, url + "/metrics", timeout=60)
+            assert held.entered.acquire(timeout=30)
+            asked = pool.submit(requests.get, url + "/", timeout=60)
+            wait_until(lambda: server._pools[web.PAGES].in_flight or page.renders, 30, "the page request to arrive")
+            held.release.set()
+            assert scrape.result().status_code == 200 and asked.result().status_code == 200
+        assert page.during_scrape == [False], "the page was rendered while the scrape was in flight"
+    finally:
+        held.release.set()
+        server.shutdown()
+
+
+def test_a_page_is_sent_gzipped_when_asked_and_a_client_holding_its_etag_gets_304() -> None:
+    page = _HeldPage()
+    page.release.set()
+    server, url = _page_server(page)
+    try:
+        plain = requests.get(url + "/", timeout=30, headers={"Accept-Encoding": "identity"})
+        assert plain.status_code == 200 and "Content-Encoding" not in plain.headers
+        zipped = requests.get(url + "/", timeout=30, headers={"Accept-Encoding": "gzip"})
+        assert zipped.headers["Content-Encoding"] == "gzip" and zipped.content == plain.content
+        assert int(zipped.headers["Content-Length"]) < len(plain.content) / 10
+        etag = plain.headers["ETag"]
+        assert zipped.headers["ETag"] == etag and plain.headers["Cache-Control"] == "no-cache"
+        again = requests.get(url + "/", timeout=30, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        other = requests.get(url + "/", timeout=30, headers={"If-None-Match": 'W/"0-0.000"'})
+        assert other.status_code == 200 and other.content == plain.content
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.live
+def test_a_flood_of_page_requests_at_the_push_bounds_never_gets_metrics_a_503(start_exporter, tmp_path: Path) -> None:
+    """Regression: at the push bounds (8 jobs x 16 ranks, 4 GPUs) a page cost 70 ms of CPU and pages took the
+    scrapes' places: 60 clients asking for / got 4 of 10 Prometheus scrapes a 503, and 30 held most over 1 s."""
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bottleneck_exporter.push.settings import OPTIONS
+    from bottleneck_exporter.wire.encode import encode
+    from tests.conftest import FIXTURES
+    from tests.datagrams import full_payload
+
+    sock = tmp_path / "push.sock"
+    exporter = start_exporter([f"--push.socket={sock}", "--web.max-requests=2",
+                               f"--collector.gpu.profile={FIXTURES / 'gpu-profiles' / 'hopper-4x-h100.yaml'}"])
+    bounds = {option.name: option.default for option in OPTIONS}
+    jobs, ranks = bounds["max-jobs"], bounds["max-ranks-per-job"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        for job in range(jobs):
+            for rank in range(ranks):
+                sender.sendto(encode(full_payload(f"job-{job}", rank)), str(sock))
+    wait_until(lambda: f"bottleneck_push_jobs {jobs:.1f}" in exporter.scrape(), 30, "every job on /metrics")
+    pages: collections.Counter[int] = collections.Counter()
+    stop = threading.Event()
+
+    def client() -> None:
+        with requests.Session() as session:
+            while not stop.is_set():
+                pages[session.get(exporter.url + "/", timeout=60).status_code] += 1
+
+    with ThreadPoolExecutor(24) as pool:
+        clients = [pool.submit(client) for _ in range(24)]
+        try:
+            wait_until(lambda: sum(pages.values()) >= 24, 60, "the flood of page requests")
+            scrapes = [requests.get(exporter.url + "/metrics", timeout=60,
+                                    headers={"Accept-Encoding": "gzip"}).status_code for _ in range(10)]
+        finally:
+            stop.set()
+        for future in clients:
+            future.result()
+    assert scrapes == [200] * 10, scrapes
+    assert set(pages) == {200}, f"page requests beyond their bound wait for a place: {pages}"

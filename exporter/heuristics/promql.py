@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -58,22 +60,37 @@ Value = float | Vector
 # ---------------------------------------------------------------------------------------------- storage
 
 
+_TIME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+
+
 class SeriesStore:
-    """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points."""
+    """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points, indexed by metric
+    name: a selector naming its metric reads only that metric's series, not the whole store (a node at the push
+    bounds holds thousands of series, and one alert expression has a dozen selectors)."""
 
     def __init__(self) -> None:
         self._series: dict[tuple[tuple[str, str], ...], tuple[list[float], list[float]]] = {}
+        self._by_name: dict[str, list[tuple[tuple[str, str], ...]]] = {}
 
     def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
         key = tuple(sorted(labels.items()))
+        if key not in self._series:
+            self._by_name.setdefault(labels.get("__name__", ""), []).append(key)
         times, values = self._series.setdefault(key, ([], []))
+        if not times:  # a new series: its points at once, in time order (equal times keep their order)
+            ordered = sorted(points, key=_TIME)
+            times.extend(map(_TIME, ordered))
+            values.extend(map(_VALUE, ordered))
+            return
         for t, v in points:
             index = bisect.bisect_right(times, t)
             times.insert(index, t)
             values.insert(index, v)
 
-    def series(self) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
-        for key, (times, values) in self._series.items():
+    def series(self, name: str | None = None) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+        """Every series, or only those of metric ``name``."""
+        for key in self._series if name is None else self._by_name.get(name, ()):
+            times, values = self._series[key]
             yield dict(key), times, values
 
     def __len__(self) -> int:
@@ -425,7 +442,10 @@ def unquote(literal: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(text: str) -> Node:
+    """The tree of ``text``, the same one for the same text (its nodes are frozen): every evaluation of the
+    catalogue (a status page's verdicts, ``diagnose``) resolves it and parses its expressions again."""
     return Parser(text).parse()
 
 
@@ -667,7 +687,8 @@ class Evaluator:
         return self.binary(node)
 
     def _select(self, selector: Selector) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
-        for labels, times, values in self.store.series():
+        name = next((m.value for m in selector.matchers if m.name == "__name__" and m.op == "="), None)
+        for labels, times, values in self.store.series(name):
             if all(m.matches(labels) for m in selector.matchers):
                 yield labels, times, values
 

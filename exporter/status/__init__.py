@@ -3,18 +3,19 @@
 Modules: ``recorder`` (the bounded ring of its own recent collections), ``peers`` (node_exporter and
 dcgm-exporter, read beside a ``beside-*`` preset), ``verdicts`` (the catalogue's rules
 over that ring, evaluated on request), ``model`` (the page's data, served as ``/status.json``), ``page`` (the
-HTML on ``/``), ``logs`` (logfmt and JSON log lines).
+HTML on ``/``), ``renders`` (one render of the latest collection, shared by the requests while it is fresh),
+``logs`` (logfmt and JSON log lines).
 
 ``Status`` ties them to the daemon: a sampler thread collects when nothing scraped for ``interval`` seconds
 (so the page has recent samples on a node Prometheus does not scrape, and costs nothing extra on one it does)
-and reads the peers the bundle needs (never from a scrape of /metrics),
+and reads the peers the bundle needs (never from a scrape of /metrics); a request for the page takes a new
+collection when the last is older than ``renders.FRESH_SECONDS`` (``renders``);
 ``ready()`` holds ``/-/ready`` at 503 until the first collection (the parts, the push socket among them, are
 started before it), and one log line says what the exporter found.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -25,15 +26,14 @@ from typing import Any
 from bottleneck_exporter import __version__
 from bottleneck_exporter.collectors.base import Collector
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
-from bottleneck_exporter.status import model, page
+from bottleneck_exporter.status import model
 from bottleneck_exporter.status.peers import recorders
 from bottleneck_exporter.status.recorder import Recorder
+from bottleneck_exporter.status.renders import Page, Renders
 from bottleneck_exporter.status.verdicts import Verdicts, catalogue_names, evaluate
 from bottleneck_exporter.verdicts.peers import Peer
 
 log = logging.getLogger(__name__)
-
-Page = Callable[[], tuple[bytes, str]]
 
 
 class Status:
@@ -55,15 +55,22 @@ class Status:
         # browser tab) does not evaluate the catalogue again.
         self._verdicts: tuple[tuple[Any, ...], Verdicts] | None = None
         self._verdicts_lock = threading.Lock()
+        self.renders = Renders(self.recorder, self.data)
 
     def ready(self) -> bool:
         return self.recorder.collected.is_set()
 
-    def pages(self) -> dict[str, Page]:
-        return {"/": self.html, "/status.json": self.json}
+    def pages(self) -> dict[str, Callable[[], Page]]:
+        return {"/": lambda: self.renders.page("html"), "/status.json": lambda: self.renders.page("json")}
 
     def data(self) -> dict[str, Any]:
+        """The page's data: the ring and, after it, the latest collection if it is newer than the ring's last
+        (jobs, collectors, GPUs as of now); the verdicts over the ring alone, so that they are evaluated
+        once per snapshot the ring takes (every third of the interval), not once per render."""
         snapshots = self.recorder.snapshots()
+        latest = self.recorder.latest()
+        shown = [*snapshots, latest] if latest is not None and (not snapshots or latest.at > snapshots[-1].at) \
+            else snapshots
         peers = [(collector.target, recorder.snapshots(), collector.error) for collector, recorder in self.peers]
         key = ((snapshots[0].at, snapshots[-1].at, len(snapshots)) if snapshots else (0.0, 0.0, 0),
                tuple((s[-1].at if s else 0.0, e) for _, s, e in peers))
@@ -71,13 +78,7 @@ class Status:
             if self._verdicts is None or self._verdicts[0] != key:
                 self._verdicts = key, evaluate(snapshots, str(self.facts["instance"]), self.bundle, peers)
             verdicts = self._verdicts[1]
-        return model.build(snapshots, self.parts, {**self.facts, "ready": self.ready()}, verdicts=verdicts)
-
-    def html(self) -> tuple[bytes, str]:
-        return page.render(self.data()), "text/html; charset=utf-8"
-
-    def json(self) -> tuple[bytes, str]:
-        return json.dumps(self.data(), indent=2).encode() + b"\n", "application/json"
+        return model.build(shown, self.parts, {**self.facts, "ready": self.ready()}, verdicts=verdicts)
 
     def start(self) -> None:
         """Start the sampler; call after the parts started (the push receiver listens before readiness)."""

@@ -130,8 +130,10 @@ def _jobs(snapshots: Sequence[Snapshot], now: float) -> list[dict[str, Any]]:
         key = _rank_key(labels)
         if key in ranks:
             ranks[key]["num_workers"] = int(workers)
+    latest = _phase_totals(last)
+    oldest = _oldest_totals(snapshots, set(latest))
     for key, rank in ranks.items():
-        rank.update(_phases(snapshots, key))
+        rank.update(_phases(latest.get(key), oldest.get(key)))
     jobs: dict[str, list[dict[str, Any]]] = {}
     for key in sorted(ranks, key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0)):
         jobs.setdefault(key[0], []).append(ranks[key])
@@ -143,23 +145,42 @@ def _rank_key(labels: Mapping[str, str]) -> tuple[str, str]:
     return labels.get(JOB_LABEL, ""), labels.get("rank", "")
 
 
-def _phase_totals(snapshot: Snapshot, key: tuple[str, str]) -> tuple[dict[str, float], float] | None:
-    phases = {labels["phase"]: value for labels, value in snapshot.values("bottleneck_train_phase_seconds_total")
-              if _rank_key(labels) == key}
-    steps = [value for labels, value in snapshot.values("bottleneck_train_steps_total")
-             if _rank_key(labels) == key]
-    if STEP not in phases or not steps:
-        return None
-    return phases, steps[0]
+Totals = tuple[dict[str, float], float]  # a rank's phase seconds and its steps, as counted since it started
 
 
-def _phases(snapshots: Sequence[Snapshot], key: tuple[str, str]) -> dict[str, Any]:
+def _phase_totals(snapshot: Snapshot) -> dict[tuple[str, str], Totals]:
+    """Each rank's totals in ``snapshot``, in one pass over its series: at the push bounds a snapshot holds
+    thousands of series, and a pass per rank made the page cost more than the collection it shows."""
+    phases: dict[tuple[str, str], dict[str, float]] = {}
+    steps: dict[tuple[str, str], float] = {}
+    for (name, labels), value in zip(snapshot.series, snapshot.numbers, strict=True):
+        if name == "bottleneck_train_phase_seconds_total":
+            found = dict(labels)
+            phases.setdefault(_rank_key(found), {})[found.get("phase", "")] = value
+        elif name == "bottleneck_train_steps_total":
+            steps.setdefault(_rank_key(dict(labels)), value)
+    return {key: (by_phase, steps[key]) for key, by_phase in phases.items() if STEP in by_phase and key in steps}
+
+
+def _oldest_totals(snapshots: Sequence[Snapshot], wanted: set[tuple[str, str]]) -> dict[tuple[str, str], Totals]:
+    """Each wanted rank's totals in the oldest snapshot that has them; usually the oldest of all, so the scan
+    stops there."""
+    found: dict[tuple[str, str], Totals] = {}
+    for snapshot in snapshots:
+        if not wanted:
+            break
+        totals = _phase_totals(snapshot)
+        for key in wanted & totals.keys():
+            found[key] = totals[key]
+        wanted = wanted - totals.keys()
+    return found
+
+
+def _phases(latest: Totals | None, oldest: Totals | None) -> dict[str, Any]:
     """The split of the rank's recent steps: the oldest recorded totals against the latest (the whole run when
     no step finished in between), in seconds and as shares of the step."""
-    latest = _phase_totals(snapshots[-1], key)
     if latest is None:
         return {"phase_seconds": {}, "phase_ratios": {}}
-    oldest = next((found for found in (_phase_totals(s, key) for s in snapshots) if found is not None), None)
     phases, steps = latest
     since = "recent"
     if oldest is not None and steps - oldest[1] > 0 and phases[STEP] - oldest[0].get(STEP, 0.0) > 0:

@@ -19,8 +19,9 @@ PHASE_NAMES = {"data_wait": "data wait", "forward": "forward", "backward": "back
                "other": "other"}
 SEVERITY_COLOURS = {"critical": "#c0392b", "warning": "#d68910", "info": "#2874a6"}
 NONE = "\u2013"  # an en dash where there is no value
-# The page reloads itself (an HTML meta refresh, no script) as often as the sampler collects.
-REFRESH_SECONDS = 15
+# The page reloads itself (an HTML meta refresh, no script); each reload shows a collection at most
+# renders.FRESH_SECONDS old, and however many tabs reload, they share one collection and one render.
+REFRESH_SECONDS = 5
 
 _STYLE = """
 *{box-sizing:border-box}

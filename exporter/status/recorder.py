@@ -6,8 +6,9 @@ read, at most one per ``spacing`` seconds. Bounded twice: at most ``MAX_SNAPSHOT
 than ``MAX_AGE_SECONDS`` (the oldest drop out), and only series whose names are in ``names`` (those the
 catalogue's expressions and the page read). A snapshot whose series are those of the one before shares its list of
 series and adds only an array of values, 8 bytes a sample: 1,500 series (a 128-core node with 8 GPUs) cost
-under 1 MB for the whole ring. Nothing is evaluated here: the verdicts are computed when the page is asked
-for (``bottleneck_exporter.status.verdicts``).
+under 1 MB for the whole ring. The latest collection is kept besides, whether it joined the ring or not: the
+page shows it (``refresh`` takes one when the last is too old, one at a time). Nothing is evaluated here: the
+verdicts are computed when the page is asked for (``bottleneck_exporter.status.verdicts``).
 """
 
 from __future__ import annotations
@@ -57,24 +58,56 @@ class Recorder:
         self.last_collection: float | None = None
         self._clock = clock
         self._ring: collections.deque[Snapshot] = collections.deque(maxlen=size)
+        self._latest: Snapshot | None = None
         self._lock = threading.Lock()
+        self._collecting = 0  # collections in flight: a scrape's, the sampler's, a page's
+        self._collected = threading.Condition(self._lock)  # notified as each ends
 
     def collect(self) -> Iterable[Metric]:
-        families = list(self.inner.collect())
-        now = self._clock()
-        kept = [s for family in families for s in family.samples if s.name in self.names]
-        series = tuple((s.name, tuple(sorted(s.labels.items()))) for s in kept)
-        numbers = array.array("d", (float(s.value) for s in kept))
         with self._lock:
-            self.last_collection = now
-            if not self._ring or now - self._ring[-1].at >= self.spacing:
-                if self._ring and self._ring[-1].series == series:
-                    series = self._ring[-1].series  # the same series as before: share them
-                self._ring.append(Snapshot(now, series, numbers))
-            while now - self._ring[0].at > self.max_age:
-                self._ring.popleft()
+            self._collecting += 1
+        return self._collect()
+
+    def _collect(self) -> list[Metric]:
+        """One collection, counted in ``_collecting`` by the caller."""
+        try:
+            families = list(self.inner.collect())
+            now = self._clock()
+            kept = [s for family in families for s in family.samples if s.name in self.names]
+            series = tuple((s.name, tuple(sorted(s.labels.items()))) for s in kept)
+            numbers = array.array("d", (float(s.value) for s in kept))
+            with self._lock:
+                self.last_collection = now
+                if self._latest is not None and self._latest.series == series:
+                    series = self._latest.series  # the same series as before: share them
+                self._latest = Snapshot(now, series, numbers)
+                if not self._ring or now - self._ring[-1].at >= self.spacing:
+                    self._ring.append(self._latest)
+                while now - self._ring[0].at > self.max_age:
+                    self._ring.popleft()
+        finally:
+            with self._lock:
+                self._collecting -= 1
+                self._collected.notify_all()
         self.collected.set()
         return families
+
+    def refresh(self, max_age: float, wait: float) -> None:
+        """Make the latest collection at most ``max_age`` seconds old: collect unless there is one that recent.
+        One at a time: a caller that finds a collection in flight (a scrape's, the sampler's, another page's)
+        waits for it, ``wait`` seconds at most, rather than starting another; so however many ask, there is at
+        most one collection of theirs per ``max_age`` seconds, and a collection that hangs holds them ``wait``."""
+        with self._lock:
+            def fresh() -> bool:
+                return self.last_collection is not None and self._clock() - self.last_collection < max_age
+
+            if fresh():
+                return
+            if self._collecting:
+                self._collected.wait_for(lambda: fresh() or not self._collecting, timeout=wait)
+                return
+            self._collecting += 1  # claimed under the lock: whoever asks next waits for this one
+        self._collect()
 
     def collect_if_idle(self, interval: float) -> bool:
         """Collect unless a collection (a scrape) happened in the last ``interval`` seconds: a node that
@@ -87,5 +120,11 @@ class Recorder:
         return True
 
     def snapshots(self) -> list[Snapshot]:
+        """The ring, oldest first."""
         with self._lock:
             return list(self._ring)
+
+    def latest(self) -> Snapshot | None:
+        """The latest collection, in the ring or not (it joins the ring only ``spacing`` after the last one)."""
+        with self._lock:
+            return self._latest

@@ -52,7 +52,7 @@ def evaluate(snapshots: Sequence[Snapshot], instance: str, bundle: str = DEFAULT
     points = Points(instance)
     job = exporter_job()  # resolving the catalogue is not free: once, not per snapshot
     for snapshot in snapshots:
-        points.add(snapshot.at, job, snapshot.samples)
+        points.add_columns(snapshot.at, job, snapshot.series, snapshot.numbers)
     first, last = snapshots[0].at, snapshots[-1].at
     for target, recorded, _ in peers:
         for snapshot in recorded:

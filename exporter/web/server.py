@@ -10,13 +10,20 @@ deadline. Bounds, node_exporter's where it has one:
 - at most 512 connections; one more drops whichever has waited longest for a request head;
 - scrapes run in 4 threads; ``--web.max-requests`` (default 40, 0 = no limit) bounds those in flight, and
   more are answered 503, as node_exporter does;
+- pages (the status page on ``/``, ``/status.json``) run in 2 threads of their own, at most 16 in flight; more
+  wait for a place (10 s at most, then 503). However many clients ask for pages, and whatever a page costs,
+  they never take a scrape's thread or its place under ``--web.max-requests``; and a page waits (1 s at most)
+  while a scrape is in flight, so that a flood of page requests does not keep the event loop and the
+  interpreter's lock from the scrape either. A page's ETag gets a client that has it a 304
+  (``If-None-Match``), and a client that takes gzip gets the page compressed once per render;
 - bcrypt (basic auth) runs in one thread with at most 8 checks waiting, one per client address, the addresses
   with the fewest checks lately first; more are answered 503 (``web.passwords``). A flood of wrong passwords
   costs one core at most, a scraper whose password was never checked waits at most 8 checks however many
   addresses flood, and one whose credentials were verified once never waits (``web.config.WebConfig``).
 
-Routes are a table (``routes``): a path, its handler, whether it answers without credentials and whether it
-blocks (runs in a scrape thread). Exposes nothing itself; ``/metrics`` answers, e.g.::
+Routes are a table (``routes``): a path, its handler, whether it answers without credentials and which pool of
+threads runs it (``SCRAPES``, ``PAGES``, or none: answered on the event loop). Exposes nothing itself;
+``/metrics`` answers, e.g.::
 
     bottleneck_scrape_collector_success{collector="cpu"} 1.0
 """
@@ -58,6 +65,17 @@ _BACKLOG = 512
 _MAX_HEAD_BYTES = 16 * 1024
 _READ_BYTES = 64 * 1024
 _SCRAPE_THREADS = 4  # collection holds the GIL most of the time: more threads would not scrape faster
+# Pages are rendered once per collection and shared (bottleneck_exporter.status.renders): most page requests
+# only wait for that render or copy its bytes, so two threads serve them; the bound stops a flood of clients
+# that never read from holding pages in memory.
+_PAGE_THREADS = 2
+MAX_PAGE_REQUESTS = 16
+_PAGE_QUEUE_SECONDS = 10.0  # how long a page request beyond the bound waits for a place before a 503
+# How long a page waits for the scrapes in flight to end. Both need the interpreter's lock: without the wait,
+# clients asking for pages without pause kept a scrape at the push bounds waiting for it several times over.
+_PAGE_YIELD_SECONDS = 1.0
+SCRAPES = "scrapes"
+PAGES = "pages"
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -89,7 +107,11 @@ class Response:
 class Route:
     handler: Callable[[Request], Response]
     public: bool = False  # answered without credentials: orchestrators probe health without them
-    blocking: bool = False  # runs in a scrape thread and counts against --web.max-requests
+    pool: str | None = None  # SCRAPES or PAGES: runs in that pool's threads, counted against its bound
+
+
+# A page: its body, content type and ETag (the render it is, "" for none).
+Page = Callable[[], tuple[bytes, str, str]]
 
 
 def text(status: int, body: str) -> Response:
@@ -97,9 +119,10 @@ def text(status: int, body: str) -> Response:
 
 
 def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool],
-           pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None) -> dict[str, Route]:
-    """The endpoints; ``pages`` (path → a function returning body and content type, e.g. the status page on
-    ``/``) replace the plain landing page. They run in a scrape thread: the status page may evaluate verdicts."""
+           pages: Mapping[str, Page] | None = None) -> dict[str, Route]:
+    """The endpoints; ``pages`` (path → a function returning body, content type and ETag, e.g. the status page
+    on ``/``) replace the plain landing page. They run in the page threads: the status page may collect and
+    evaluate verdicts, and must not do it in a scrape's place."""
     def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         body = encoder(registry)
@@ -108,15 +131,36 @@ def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[],
             return Response(200, gzip.compress(body, compresslevel=1), content_type, (("Content-Encoding", "gzip"),))
         return Response(200, body, content_type)
 
-    def page(render: Callable[[], tuple[bytes, str]]) -> Route:
-        return Route(lambda _: Response(200, *render()), blocking=True)
+    def page(render: Page) -> Route:
+        zipped: list[tuple[str, bytes]] = []  # (ETag, gzip) of the last render sent compressed
+
+        def answer(request: Request) -> Response:
+            body, content_type, etag = render()
+            if not etag:
+                return Response(200, body, content_type)
+            # no-cache: a browser asks again on each reload, and gets a 304 while the render it has is current.
+            headers: tuple[tuple[str, str], ...] = (("ETag", etag), ("Cache-Control", "no-cache"),
+                                                    ("Vary", "Accept-Encoding"))
+            if etag in (tag.strip() for tag in request.headers.get("if-none-match", "").split(",")):
+                return Response(304, b"", content_type, headers)
+            if "gzip" in request.headers.get("accept-encoding", ""):
+                # Compressed once per render, not per request: a page at the push bounds shrinks about 25 times,
+                # and so do the bytes a flood of clients has the event loop send.
+                last = zipped[-1] if zipped else None
+                if last is None or last[0] != etag:
+                    last = etag, gzip.compress(body, compresslevel=6)
+                    zipped[:] = [last]
+                return Response(200, last[1], content_type, (*headers, ("Content-Encoding", "gzip")))
+            return Response(200, body, content_type, headers)
+
+        return Route(answer, pool=PAGES)
 
     return {
         "/-/healthy": Route(lambda _: text(200, "Healthy.\n"), public=True),
         "/-/ready": Route(lambda _: text(200, "Ready.\n") if ready() else text(503, "Not ready.\n"), public=True),
         "/": Route(lambda _: Response(200, _landing_page(telemetry_path), "text/html; charset=utf-8")),
         **{path: page(render) for path, render in (pages or {}).items()},
-        telemetry_path: Route(metrics, blocking=True),
+        telemetry_path: Route(metrics, pool=SCRAPES),
     }
 
 
@@ -131,9 +175,16 @@ class WebServer:
         self.routes = table
         self.web = web
         self.max_requests = max_requests
-        self._scrapes = ThreadPoolExecutor(_SCRAPE_THREADS, thread_name_prefix="http-scrape")
+        self._pools = {
+            SCRAPES: _Pool(_SCRAPE_THREADS, max_requests, "http-scrape",
+                           f"Limit of concurrent requests reached ({max_requests}), try again later.\n"),
+            PAGES: _Pool(_PAGE_THREADS, MAX_PAGE_REQUESTS, "http-page",
+                         f"Limit of concurrent page requests reached ({MAX_PAGE_REQUESTS}), try again later.\n",
+                         queue_seconds=_PAGE_QUEUE_SECONDS),
+        }
+        self._no_scrape = asyncio.Event()  # set while no scrape is in flight: pages wait for it
+        self._no_scrape.set()
         self._passwords = PasswordChecks(web.verify)
-        self._in_flight = 0
         self._connections: set[asyncio.Task[None]] = set()
         self._awaiting_head: dict[asyncio.Task[None], float] = {}  # connection → since when (monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -145,7 +196,8 @@ class WebServer:
         try:
             asyncio.run(self._serve())
         finally:
-            self._scrapes.shutdown(wait=False, cancel_futures=True)
+            for pool in self._pools.values():
+                pool.threads.shutdown(wait=False, cancel_futures=True)
             self._passwords.shutdown()
             self._stopped.set()
 
@@ -242,23 +294,29 @@ class WebServer:
 
     # -- one request -----------------------------------------------------------------------------------
     async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, request: Request) -> None:
-        """Respond; a blocking route holds its place in ``--web.max-requests`` until its response is sent,
-        so that clients that never read cannot pile up scrapes in memory."""
+        """Respond; a route with a pool holds its place in the pool's bound until its response is sent,
+        so that clients that never read cannot pile up scrapes (or pages) in memory."""
         route = self.routes.get(request.path)
-        if route is None or not route.blocking:
+        pool = self._pools[route.pool] if route is not None and route.pool is not None else None
+        if pool is None:
             await self._send(conn, writer, request.method, await self._respond(request, route))
             return
-        if self.max_requests and self._in_flight >= self.max_requests:
-            refused = text(503, f"Limit of concurrent requests reached ({self.max_requests}), try again later.\n")
-            await self._send(conn, writer, request.method, refused)
+        if not await pool.enter():
+            await self._send(conn, writer, request.method, text(503, pool.refusal))
             return
-        self._in_flight += 1
         try:
-            await self._send(conn, writer, request.method, await self._respond(request, route))
+            if pool is self._pools[SCRAPES]:
+                self._no_scrape.clear()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._no_scrape.wait(), _PAGE_YIELD_SECONDS)
+            await self._send(conn, writer, request.method, await self._respond(request, route, pool))
         finally:
-            self._in_flight -= 1
+            pool.leave()
+            if not self._pools[SCRAPES].in_flight:
+                self._no_scrape.set()
 
-    async def _respond(self, request: Request, route: Route | None) -> Response:
+    async def _respond(self, request: Request, route: Route | None, pool: _Pool | None = None) -> Response:
         if route is None or not route.public:
             refused = await self._authenticate(request)
             if refused is not None:
@@ -267,9 +325,9 @@ class WebServer:
             return text(404, "Not found.\n")
         if request.method not in ("GET", "HEAD"):
             return Response(405, b"Method not allowed.\n", headers=(("Allow", "GET, HEAD"),))
-        if not route.blocking:
+        if pool is None:
             return _call(route.handler, request)
-        return await asyncio.get_running_loop().run_in_executor(self._scrapes, _call, route.handler, request)
+        return await asyncio.get_running_loop().run_in_executor(pool.threads, _call, route.handler, request)
 
     async def _authenticate(self, request: Request) -> Response | None:
         """None when the request may proceed, else the response refusing it."""
@@ -282,6 +340,36 @@ class WebServer:
         if verdict:
             return None
         return Response(401, b"Unauthorized.\n", headers=(("WWW-Authenticate", 'Basic realm="bottleneck-exporter"'),))
+
+
+class _Pool:
+    """Threads for one kind of blocking request and the bound on those in flight (0: none). Beyond the bound a
+    request is refused at once, or waits ``queue_seconds`` for a place first. Used on the event loop only."""
+
+    def __init__(self, threads: int, limit: int, name: str, refusal: str, queue_seconds: float = 0.0) -> None:
+        self.threads = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self.limit = limit
+        self.refusal = refusal
+        self.queue_seconds = queue_seconds
+        self.in_flight = 0
+        self._places = asyncio.Semaphore(limit or 1)
+
+    async def enter(self) -> bool:
+        """Take a place; False when there is none (in time)."""
+        if self.limit:
+            if self._places.locked() and not self.queue_seconds:
+                return False
+            try:
+                await asyncio.wait_for(self._places.acquire(), self.queue_seconds or None)
+            except asyncio.TimeoutError:
+                return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.limit:
+            self._places.release()
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader, client: str) -> Request | None:
@@ -345,7 +433,7 @@ def serve(
     web_config: WebConfig | None = None,
     ready: Callable[[], bool] = lambda: True,
     max_requests: int = DEFAULT_MAX_REQUESTS,
-    pages: Mapping[str, Callable[[], tuple[bytes, str]]] | None = None,
+    pages: Mapping[str, Page] | None = None,
 ) -> WebServer:
     """Bind and return the server (not yet serving: call ``serve_forever`` or use ``start_in_thread``)."""
     return WebServer(bind(address), routes(registry, telemetry_path, ready, pages), web_config or WebConfig(),
