@@ -1,11 +1,12 @@
 """Command line of ``bottleneck-exporter``: node_exporter-style flags, the YAML config, and subcommands.
 
-    bottleneck-exporter [flags]            run the exporter (default)
-    bottleneck-exporter diagnose [flags]   print bottleneck verdicts (see ``diagnose --help``)
+    bottleneck-exporter [flags]                   run the exporter (default)
+    bottleneck-exporter diagnose [flags]          print bottleneck verdicts (see ``diagnose --help``)
+    bottleneck-exporter run [flags] -- COMMAND    run a training command and report what holds it back
 
 The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come from
 each part's registration (``bottleneck_exporter.parts``); this module adds the web and logging flags, runs the parts
-behind the HTTP server, and hands ``diagnose`` its own command line.
+behind the HTTP server, and hands ``diagnose`` and ``run`` their own command lines.
 """
 
 from __future__ import annotations
@@ -42,14 +43,16 @@ DEFAULT_STATUS_INTERVAL = 15.0
 __all__ = ["DEFAULT_PORT", "build_collectors", "build_parser", "main", "run_exporter"]
 
 _USAGE = """
-  bottleneck-exporter [FLAGS]            run the exporter
-  bottleneck-exporter diagnose [FLAGS]   print bottleneck verdicts"""
+  bottleneck-exporter [FLAGS]                         run the exporter
+  bottleneck-exporter diagnose [FLAGS]                print bottleneck verdicts
+  bottleneck-exporter run [FLAGS] -- COMMAND [ARGS]   run a training command, report what holds it back"""
 
 _DESCRIPTION = """\
 Exports GPU, CPU, memory, disk, network and training-step metrics that tell why training is slow,
 and shows what it finds on http://HOST:9847/ (a status page with verdicts).
 
-Subcommand: 'bottleneck-exporter diagnose --help' prints verdicts in a terminal."""
+Subcommands: 'bottleneck-exporter diagnose --help' prints verdicts in a terminal; 'bottleneck-exporter run
+--help' runs a training script unchanged and reports what holds it back."""
 
 _EPILOG = """\
 examples:
@@ -156,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bottleneck_exporter.diagnose import main as diagnose_main
 
         return diagnose_main(argv[1:])
+    if argv and argv[0] == "run":
+        from bottleneck_exporter.run.command import main as run_main
+
+        return run_main(argv[1:])
     return run_exporter(argv)
 
 
