@@ -133,6 +133,32 @@ def test_a_step_given_a_closure_times_the_optimizer_from_the_closures_end(attach
     assert forward > 0
 
 
+def test_a_step_that_raised_leaves_the_next_steps_counted(attached: auto.Auto) -> None:
+    """torch runs no post-hook after a step that raised: the next step must not be taken for one inside it."""
+
+    class FlakySGD(torch.optim.SGD):
+        calls = 0
+
+        def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+            FlakySGD.calls += 1
+            if FlakySGD.calls == 3:
+                raise RuntimeError("inf in the gradients")
+            return super().step(closure)
+
+    model, _, loader = regression()
+    optimizer = FlakySGD(model.parameters(), lr=0.01)
+    steps = 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        try:
+            optimizer.step()
+            steps += 1
+        except RuntimeError:
+            pass  # the loop skips the batch
+    assert attached.session.clock.totals().steps == steps == len(loader) - 1
+
+
 def test_it_steps_aside_when_the_script_instruments_itself(attached: auto.Auto) -> None:
     model, optimizer, loader = regression()
     module_hooks, pre, post = hooks()

@@ -42,6 +42,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 log = logging.getLogger("bottleneck_exporter.hook")
@@ -146,7 +147,10 @@ class Auto:
     """The global hooks of one process and the session they drive."""
 
     def __init__(self, torch: Any) -> None:
+        from bottleneck_exporter.hook.timing import OPTIMIZER
+
         self.torch = torch
+        self._optimizer_phase = OPTIMIZER
         self.session: Any = None  # bottleneck_exporter.hook.session.Session, started at the first training activity
         self.off = False
         self._handles: list[Any] = []  # the optimizer hooks
@@ -156,6 +160,7 @@ class Auto:
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._last_optimizer = 0  # id() of the optimizer that stepped last: a new one is counted
         self._several = False
+        self._depth = 0  # optimizer steps under way, one inside the other (see _inside_another_step)
         self._iter: Callable[..., Any] | None = None  # DataLoader.__iter__ as it was
 
     # -- in place, out of place ----------------------------------------------------------------------------
@@ -216,6 +221,7 @@ class Auto:
         self._optimizers = weakref.WeakSet()
         self._last_optimizer = 0
         self._several = False
+        self._depth = 0
         self._search = None
         self._searched = False
 
@@ -316,6 +322,9 @@ class Auto:
         if not session.active:
             return None
         try:
+            if self._depth and not _inside_another_step():
+                self._depth = 0  # what a step that raised left: its post-hooks never ran
+            self._depth += 1
             if id(optimizer) != self._last_optimizer:
                 self._new_optimizer(optimizer, session)
             if self._search is not None and session.optimizer_steps - self._search_from >= SEARCH_STEPS:
@@ -328,10 +337,15 @@ class Auto:
                 if kwargs and kwargs.get("closure") is not None:
                     return args, {**kwargs, "closure": timed}
                 return (args[0], timed, *args[2:]), kwargs
+            # The optimizer phase begins: StepClock.switch(OPTIMIZER), inline, as the session's own hook does
+            # (this runs inside the training step, where every extra call is paid with cold caches).
+            log = session.clock.log
+            log.append(self._optimizer_phase)
+            log.append(perf_counter())
+            if session.gpu is not None:
+                session.gpu.mark(self._optimizer_phase)
         except Exception:
             session.failed("optimizer pre-hook")
-            return None
-        session._optimizer_pre(optimizer, args, kwargs)
         return None
 
     def _new_optimizer(self, optimizer: Any, session: Any) -> None:
@@ -346,12 +360,11 @@ class Auto:
         session = self.session
         if session is None or not session.active:
             return
-        try:
-            if _inside_another_step():
-                return
-        except Exception:
-            session.failed("optimizer post-hook")
-            return
+        depth = self._depth - 1
+        if depth > 0:
+            self._depth = depth
+            return  # the post-hook of a step inside another: the outer one ends the step
+        self._depth = 0
         if self._several:
             session._optimizer_post(optimizer, args, kwargs)  # guarded, as end_step is
         else:
@@ -364,11 +377,12 @@ _NESTING_FRAMES = 6
 
 
 def _inside_another_step() -> bool:
-    """Whether the optimizer step whose post-hook runs now was called from inside another one: a subclass whose
+    """Whether the optimizer step whose pre-hook runs now was called from inside another one: a subclass whose
     ``step`` calls ``super().step()`` runs torch's step wrapper (and so the hooks) twice, one inside the other,
-    and only the outer one ends the step. Read from the stack, so that a step that raised (its post-hooks never
-    ran) leaves nothing behind."""
-    wrapper = sys._getframe(2)  # this function's caller is the post-hook, whose caller is torch's wrapper
+    and only the outer one ends the step. The hooks count the steps under way; this, read from the stack, is
+    asked only when the count says a step is under way already: it is, or a step raised (its post-hooks never
+    ran) and left the count behind."""
+    wrapper = sys._getframe(2)  # this function's caller is the pre-hook, whose caller is torch's wrapper
     frame = wrapper.f_back
     for _ in range(_NESTING_FRAMES):
         if frame is None:
