@@ -101,6 +101,32 @@ def test_modules_without_parameters_to_train_are_not_taken_for_the_model(attache
     assert "forward" not in frozen.__dict__ and "forward" not in augment.__dict__
 
 
+def test_a_model_called_from_a_modules_training_step_gets_that_training_step_timed(attached: auto.Auto) -> None:
+    """A LightningModule on one device: Lightning calls its training_step, which calls the layers."""
+
+    class Regression(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(16, 1)
+
+        def training_step(self, batch: Any) -> torch.Tensor:
+            x, y = batch
+            time.sleep(0.01)  # the loss and whatever else the step computes
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    _, _, loader = regression()
+    module = Regression()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
+    for batch in loader:
+        optimizer.zero_grad()
+        module.training_step(batch).backward()
+        optimizer.step()
+    assert isinstance(module.__dict__.get("training_step"), TimedForward)
+    assert "forward" not in module.layer.__dict__
+    forward = attached.session.clock.totals().phase_seconds[1]
+    assert forward >= 0.01 * (len(loader) - 1)  # all but the first step, which ran before it was found
+
+
 def test_a_step_given_a_closure_times_the_optimizer_from_the_closures_end(attached: auto.Auto) -> None:
     """Lightning runs training_step and backward inside optimizer.step(closure). The optimizer here calls
     ``super().step()``: torch's step wrapper, which calls the hooks, runs twice (SGD's own is wrapped once an SGD

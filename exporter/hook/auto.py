@@ -43,6 +43,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from time import perf_counter
+from types import FrameType
 from typing import Any
 
 log = logging.getLogger("bottleneck_exporter.hook")
@@ -307,7 +308,8 @@ class Auto:
             self.give_up_search()
             session = self.session
             if session is not None and session.active:
-                session.attach_model(module)  # from its next call on: this one's forward is already under way
+                model, method = _step_around(module)
+                session.attach_model(model, method=method)  # from its next call on: this one is under way
         except Exception:
             self.give_up_search()
             self.failed("finding the model")
@@ -369,6 +371,28 @@ class Auto:
             session._optimizer_post(optimizer, args, kwargs)  # guarded, as end_step is
         else:
             session.end_step()
+
+
+# Frames above the model's first call in which a module's training_step running it is looked for.
+_STEP_FRAMES = 8
+
+
+def _step_around(module: Any) -> tuple[Any, str]:
+    """What to time as the forward, once ``module`` was found: ``(module, "forward")``, or, when it is called
+    from a module's ``training_step`` (a LightningModule on one device: Lightning calls training_step itself,
+    not through a forward), that module and ``training_step``, as the Lightning callback times it. Read from the
+    stack once, at the model's first call."""
+    frame: FrameType | None = sys._getframe(3)  # above this, the global pre-hook and torch's module call
+    for _ in range(_STEP_FRAMES):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "training_step":
+            owner = frame.f_locals.get("self")
+            modules = getattr(owner, "modules", None)
+            if callable(modules) and any(m is module for m in modules()):
+                return owner, "training_step"
+        frame = frame.f_back
+    return module, "forward"
 
 
 # Frames above an optimizer's step wrapper in which an enclosing step wrapper is looked for: the subclass's own

@@ -312,14 +312,15 @@ class Session:
                 self.clock.fetched_samples += count
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
-    def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
-        """Time the model's outermost forward (see bottleneck_exporter.hook.forward for why not a module hook)."""
+    def attach_model(self, model: Any, count_samples_in_forward: bool = False, method: str = "forward") -> None:
+        """Time the model's outermost forward (see bottleneck_exporter.hook.forward for why not a module hook);
+        ``method``: the model's method that runs it, when not ``forward``."""
         if id(model) in self._models:
             return
         import torch
 
         self.grad_enabled = torch.is_grad_enabled
-        self._handles.append(TimedForward(self, model, count_samples_in_forward))
+        self._handles.append(TimedForward(self, model, count_samples_in_forward, method))
         self._models.add(id(model))
         # Now, before any training: a DDP hook the user registers from here on is timed, not refused.
         self.time_collectives(model)
