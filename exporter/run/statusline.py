@@ -11,6 +11,8 @@ command prints next starts at the left margin), never on a pipe or in a file.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +22,8 @@ from bottleneck_exporter.options import format_duration
 from bottleneck_exporter.verdicts.sampling import Source
 from bottleneck_exporter.verdicts.scrape import Sample
 from bottleneck_exporter.wire.schema import JOB_LABEL
+
+log = logging.getLogger(__name__)
 
 VERDICT_SECONDS = 10.0  # judging every rule over the samples costs tens of milliseconds: not at every sample
 _CLEAR = "\x1b[K"
@@ -95,6 +99,7 @@ class StatusLine:
         self._leading: str | None = None
         self._judged_at: float | None = None
         self._drawn = False
+        self._broken = False
 
     def text(self, elapsed: float) -> str:
         parts = [f"bottleneck-exporter run {format_duration(round(elapsed))}"]
@@ -113,18 +118,26 @@ class StatusLine:
         return " | ".join(parts)
 
     def show(self, elapsed: float, window: float) -> None:
-        """Redraw (``Sampler.run``'s progress callback)."""
+        """Redraw (``Sampler.run``'s progress callback). Never raises: a line that cannot be drawn (a terminal
+        gone, a bug) is given up, and the sampling goes on without it."""
+        if self._broken:
+            return
         try:
-            columns = os.get_terminal_size(self.stream.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-        width = columns - 1 if columns > 0 else 99  # a terminal that does not say (0) gets a common width
-        self.stream.write(f"\r{self.text(elapsed)[:width]}{_CLEAR}\r")
-        self.stream.flush()
-        self._drawn = True
+            try:
+                columns = os.get_terminal_size(self.stream.fileno()).columns
+            except (AttributeError, ValueError, OSError):
+                columns = 0
+            width = columns - 1 if columns > 0 else 99  # a terminal that does not say (0) gets a common width
+            self.stream.write(f"\r{self.text(elapsed)[:width]}{_CLEAR}\r")
+            self.stream.flush()
+            self._drawn = True
+        except Exception:
+            self._broken = True
+            log.debug("status line given up", exc_info=True)
 
     def clear(self) -> None:
         if self._drawn:
-            self.stream.write(f"\r{_CLEAR}")
-            self.stream.flush()
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(f"\r{_CLEAR}")
+                self.stream.flush()
             self._drawn = False
