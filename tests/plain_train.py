@@ -1,7 +1,7 @@
 """A plain PyTorch training script that knows nothing of bottleneck-exporter, run by tests/test_run.py under
 ``bottleneck-exporter run`` (the automatic instrumentation is all that measures it).
 
-    python tests/plain_train.py --dataset slow|fast [--workers N] [--seconds S] [--stop-file PATH]
+    python tests/plain_train.py --dataset slow|fast [--workers N [--start-method spawn]] [--seconds S]
     torchrun --nproc-per-node=2 tests/plain_train.py --dataset fast --ddp --steps 20
 
 Trains a small MLP on CPU for ``--seconds`` (or ``--steps`` steps, or until ``--stop-file`` exists). ``slow``
@@ -57,6 +57,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dataset", choices=["slow", "fast"], required=True)
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--start-method", choices=["fork", "spawn"], default=None,
+                        help="how the DataLoader starts its workers (default: torch's)")
     parser.add_argument("--seconds", type=float, default=3600.0)
     parser.add_argument("--steps", type=int, default=10**9)
     parser.add_argument("--stop-file")
@@ -72,7 +74,7 @@ def main() -> int:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     train = DataLoader(dataset, batch_size=4 if args.dataset == "slow" else 32, shuffle=True,
-                       num_workers=args.workers)
+                       num_workers=args.workers, multiprocessing_context=args.start_method if args.workers else None)
     # One small batch: the evaluation's loader waits too, but not inside a training step.
     evaluation = DataLoader(torch.utils.data.Subset(dataset, range(8)), batch_size=8)
     steps, started = 0, time.monotonic()

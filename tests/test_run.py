@@ -356,9 +356,28 @@ def test_a_script_that_instruments_itself_runs_and_is_reported_once(tmp_path: Pa
                   str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "fast", "--stop-file", str(tmp_path / "x"),
                   "--max-steps", "300"], env={**os.environ, "BOTTLENECK_JOB": "self-instrumented"})
     assert result.returncode == 0, result.stderr
-    (rank,) = report_of(report)["run"]["measured"]
+    document = report_of(report)
+    (rank,) = document["run"]["measured"]
     assert rank["training_job"] == "self-instrumented"
     assert rank["steps"] == 300, rank
+    # Two sessions in one process would each send for the same rank: the receiver refuses the older ones.
+    assert document["run"]["refused"] == {}
+
+
+@pytest.mark.live
+@pytest.mark.torch
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_dataloader_workers_under_run_never_send(tmp_path: Path, start_method: str) -> None:
+    """Forked workers inherit the trainer's session (switched off in them); spawned ones load the automatic
+    instrumentation afresh (the environment) and import torch: neither may send for the trainer's rank."""
+    report = tmp_path / "report.json"
+    result = run([f"--report={report}", "--interval", "1s", *QUIET, "--", PYTHON, PLAIN, "--dataset", "slow",
+                  "--workers", "2", "--start-method", start_method, "--steps", "40"])
+    assert result.returncode == 0, result.stderr
+    document = report_of(report)
+    (rank,) = document["run"]["measured"]
+    assert rank["steps"] == 40, rank
+    assert document["run"]["refused"] == {}
 
 
 @pytest.mark.live

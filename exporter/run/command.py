@@ -270,8 +270,10 @@ class Run:
 
     def _report(self, sampler: Sampler, status: int, lifetime: float, shown: str) -> int:
         err, args = self.err, self.args
-        ranks = coverage.measured(sampler.samples().store)
+        store = sampler.samples().store
+        ranks = coverage.measured(store)
         unseen = coverage.unseen(ranks)
+        refused = coverage.refused(store)
         ran = f"{shown} exited with status {status} after {_seconds(lifetime)}"
         if status != 0 and lifetime < STARTUP_SECONDS and unseen == [coverage.NO_TRAINING]:
             self._drop_report_file()
@@ -283,13 +285,18 @@ class Run:
             lines.append("\nWhat could not be seen (docs/run.md#what-it-cannot-see):\n" + "".join(
                 textwrap.fill(text, width=100, initial_indent="  - ", subsequent_indent="    ") + "\n"
                 for text in unseen))
+        if refused:
+            lines.append(f"\nThe push receiver refused {sum(refused.values()):.0f} of the command's datagrams ("
+                         + ", ".join(f"{reason}: {count:.0f}" for reason, count in refused.items())
+                         + "): docs/hook.md#datagram-schema-version-1\n")
         lines.append(f"{PROG}: {ran}\n")
         err.write("".join(lines))
         err.flush()
         if self.report_file is not None:
             document = json.loads(render_json(report, args.severity))
             document["run"] = {"command": self.command, "job": self.job, "exit_status": status,
-                               "seconds": round(lifetime, 3), "measured": ranks, "unseen": unseen}
+                               "seconds": round(lifetime, 3), "measured": ranks, "unseen": unseen,
+                               "refused": refused}
             try:
                 self.report_file.seek(0)
                 self.report_file.truncate()

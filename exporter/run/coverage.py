@@ -7,7 +7,7 @@ its phase at zero, which the verdicts would read as "no time there"; ``unseen`` 
 
     job train: the optimizer: no torch.optim optimizer stepped; every batch counts as a step
 
-``measured`` is what the JSON report's ``run.measured`` holds::
+``measured`` is what the JSON report's ``run.measured`` holds (``refused``: its ``run.refused``)::
 
     {"training_job": "train", "rank": "0", "steps": 120.0, "samples": 480.0,
      "phase_seconds": {"data_wait": 10.2, "forward": 0.9, "backward": 1.7, "optimizer": 0.3, "step": 13.4}}
@@ -48,6 +48,16 @@ def measured(store: SeriesStore) -> list[dict[str, Any]]:
         else:
             rank["phase_seconds"][labels.get("phase", "")] = values[-1]
     return [ranks[key] for key in sorted(ranks, key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1]))]
+
+
+def refused(store: SeriesStore) -> dict[str, float]:
+    """The datagrams the receiver refused, by reason (none: an empty dict). From one run's own command, a refusal
+    means two senders for one rank (``not_owner``, ``stale``) or a hook of another version (``bad_schema``)."""
+    counts: dict[str, float] = {}
+    for labels, _, values in store.series():
+        if labels.get("__name__") == "bottleneck_push_rejected_total" and values and values[-1] > 0:
+            counts[labels.get("reason", "")] = values[-1]
+    return dict(sorted(counts.items()))
 
 
 def unseen(ranks: Sequence[dict[str, Any]]) -> list[str]:
