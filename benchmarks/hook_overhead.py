@@ -1,6 +1,7 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
     PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer] [--parts]
+                                                    [--auto]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
@@ -31,6 +32,12 @@ whole formatting, the send), cold and warm as the two probes above: what each us
 
 ``--without model`` / ``--without optimizer`` instrument the hooked setup without the forward wrapper or the
 optimizer hooks (without an optimizer each fetch ends a step): the difference says what that part costs.
+
+``--auto`` measures the hooked setup with the automatic instrumentation of ``bottleneck-exporter run``
+(``bottleneck_exporter.hook.auto``: the DataLoader's iterator, the optimizers' global step hooks, the model found
+by a global module hook that then goes) instead of ``instrument()``: a fresh attachment per pair of setups. Its
+hooks are global, so they sit in torch's hook tables only while the hooked setup steps (put there and taken out
+outside the timed step) and the plain twin iterates its loader with ``DataLoader.__iter__`` as torch has it.
 """
 
 from __future__ import annotations
@@ -49,12 +56,15 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook import auto, instrument
 from bottleneck_exporter.hook.session import Session
+
+# As torch has it, before the automatic instrumentation wraps it: how plain setups iterate their loaders.
+PLAIN_ITER = DataLoader.__iter__
 
 
 class Setup:
-    def __init__(self, address: str | None, without: tuple[str, ...] = ()) -> None:
+    def __init__(self, address: str | None, without: tuple[str, ...] = (), wrapped_iter: bool = False) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.001)
@@ -63,20 +73,69 @@ class Setup:
             loader = instrument(loader, model=None if "model" in without else self.model,
                                 optimizer=None if "optimizer" in without else self.optimizer, address=address)
         self.loader = loader
-        self.iterator = iter(loader)
+        self.iterate: Callable[[Any], Iterator[Any]] = PLAIN_ITER if address is None and not wrapped_iter else iter
+        self.iterator: Iterator[Any] = self.iterate(loader)
         self.started = 0.0
+
+    @property
+    def session(self) -> Session | None:
+        return getattr(self.loader, "bottleneck_session", None)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
 
     def step(self) -> float:
         start = self.started = time.perf_counter()
         try:
             x, y = next(self.iterator)
         except StopIteration:
-            self.iterator = iter(self.loader)
+            self.iterator = self.iterate(self.loader)
             x, y = next(self.iterator)
         self.optimizer.zero_grad()
         torch.nn.functional.mse_loss(self.model(x), y).backward()
         self.optimizer.step()
         return time.perf_counter() - start
+
+
+class AutoSetup(Setup):
+    """A plain setup measured by a fresh attachment of ``hook.auto``, whose global hooks are in torch's tables
+    only while this setup steps: put there before its timed step, taken out after it."""
+
+    def __init__(self, address: str) -> None:
+        os.environ["BOTTLENECK_PUSH_ADDRESS"] = address
+        auto.detach()
+        attached = auto.attach()
+        if attached is None:
+            raise RuntimeError("the automatic instrumentation did not attach")
+        self.auto = attached
+        self._out: list[tuple[dict[int, Any], int, Any]] = []
+        super().__init__(None, wrapped_iter=True)  # its iter() starts the session and the model search
+        self._take_out()
+
+    @property
+    def session(self) -> Session | None:
+        session: Session | None = self.auto.session
+        return session
+
+    def close(self) -> None:
+        self._out.clear()
+        auto.detach()
+
+    def _take_out(self) -> None:
+        for handle in (*self.auto._handles, self.auto._search):
+            table = handle.hooks_dict_ref() if handle is not None else None
+            if table is not None and handle.id in table:
+                self._out.append((table, handle.id, table.pop(handle.id)))
+
+    def step(self) -> float:
+        for table, key, hook in self._out:
+            table[key] = hook
+        self._out.clear()
+        try:
+            return super().step()
+        finally:
+            self._take_out()
 
 
 class Pairs:
@@ -331,7 +390,7 @@ class Rounds:
             self.second_times += measured.second_times
             self.medians.append(measured.added)
             if index < rounds - 1:
-                _close(second)
+                second.close()
         self.plain, self.last = first, second
 
     @property
@@ -345,7 +404,9 @@ class Datagrams:
 
     def __init__(self, plain: Setup, hooked: Setup, drain: socket.socket, wanted: int = 5,
                  limit: float = 30.0) -> None:
-        ticks = TimedTicks(hooked.loader.bottleneck_session)
+        session = hooked.session
+        assert session is not None
+        ticks = TimedTicks(session)
         self.lost: list[float] = []
         self.pairs = 0
         until = time.perf_counter() + limit
@@ -359,12 +420,6 @@ class Datagrams:
         self.folds = ticks.folds
 
 
-def _close(setup: Setup) -> None:
-    session = getattr(setup.loader, "bottleneck_session", None)
-    if session is not None:
-        session.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=6000, help="step pairs per comparison (default: %(default)s)")
@@ -374,9 +429,13 @@ def main() -> None:
                         help="instrument the hooked setup without this part (repeatable)")
     parser.add_argument("--parts", action="store_true",
                         help="also time each part of a datagram alone, cold and warm (20 s more)")
+    parser.add_argument("--auto", action="store_true",
+                        help="measure the automatic instrumentation of bottleneck-exporter run, not instrument()")
     args = parser.parse_args()
     if not 1 <= args.rounds <= args.pairs:
         parser.error("--rounds must be at least 1 and at most --pairs")
+    if args.auto and args.without:
+        parser.error("--without is for instrument(); --auto attaches to what it finds")
     torch.set_num_threads(1)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -384,14 +443,21 @@ def main() -> None:
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         receiver.bind(path)
         receiver.setblocking(False)
-        measured = Rounds(lambda: Setup(f"unix://{path}", tuple(args.without)), args.pairs, args.rounds, receiver)
+        address = f"unix://{path}"
+
+        def hooked_setup() -> Setup:
+            return AutoSetup(address) if args.auto else Setup(address, tuple(args.without))
+
+        measured = Rounds(hooked_setup, args.pairs, args.rounds, receiver)
         hooked = measured.last
-        session = hooked.loader.bottleneck_session
+        session = hooked.session
+        assert session is not None and session.active, "the hooked setup is not measured"
         interval = session.interval
         datagrams = Datagrams(measured.plain, hooked, receiver)
         cold, warm = back_to_back(hooked, session, receiver)
         parts = datagram_parts(hooked, session, receiver) if args.parts else []
-        _close(hooked)
+        assert not isinstance(hooked, AutoSetup) or hooked.session is session, "it measured more than one session"
+        hooked.close()
         noise = Rounds(lambda: Setup(None), args.pairs, args.rounds, receiver).added
         plain = Setup(None)
         penalty = cold_code_penalty(plain, interval)
@@ -401,7 +467,8 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {args.pairs} step pairs over {args.rounds} pairs of setups, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
-          + "".join(f", hook without the {part}" for part in args.without))
+          + "".join(f", hook without the {part}" for part in args.without)
+          + (", the automatic instrumentation (hook.auto) instead of instrument()" if args.auto else ""))
     base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
     print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")

@@ -1,12 +1,13 @@
 """Command line of ``bottleneck-exporter``: node_exporter-style flags, the YAML config, and subcommands.
 
-    bottleneck-exporter [flags]            run the exporter (default)
-    bottleneck-exporter diagnose [flags]   print bottleneck verdicts (see ``diagnose --help``)
-    bottleneck-exporter bundle COMMAND     list or write the rules, alerts and dashboards (``bundle --help``)
+    bottleneck-exporter [flags]                   run the exporter (default)
+    bottleneck-exporter diagnose [flags]          print bottleneck verdicts (see ``diagnose --help``)
+    bottleneck-exporter run [flags] -- COMMAND    run a training command and report what holds it back
+    bottleneck-exporter bundle COMMAND            list or write the rules, alerts and dashboards (``bundle --help``)
 
 The flags of the parts (``--[no-]collector.<name>``, ``--collector.<name>.<option>``, ``--push.<option>``) come from
 each part's registration (``bottleneck_exporter.parts``); this module adds the web and logging flags, runs the parts
-behind the HTTP server, and hands ``diagnose`` its own command line.
+behind the HTTP server, and hands ``diagnose`` and ``run`` their own command lines.
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ DEFAULT_STATUS_INTERVAL = 15.0
 __all__ = ["DEFAULT_PORT", "build_collectors", "build_parser", "main", "run_exporter"]
 
 _USAGE = """
-  bottleneck-exporter [FLAGS]            run the exporter
-  bottleneck-exporter diagnose [FLAGS]   print bottleneck verdicts
-  bottleneck-exporter bundle COMMAND     list or write the rules, alerts and dashboards"""
+  bottleneck-exporter [FLAGS]                         run the exporter
+  bottleneck-exporter diagnose [FLAGS]                print bottleneck verdicts
+  bottleneck-exporter run [FLAGS] -- COMMAND [ARGS]   run a training command, report what holds it back
+  bottleneck-exporter bundle COMMAND                  list or write the rules, alerts and dashboards"""
 
 _DESCRIPTION = """\
 Exports GPU, CPU, memory, disk, network and training-step metrics that tell why training is slow,
 and shows what it finds on http://HOST:9847/ (a status page with verdicts).
 
-Subcommand: 'bottleneck-exporter diagnose --help' prints verdicts in a terminal."""
+Subcommands: 'bottleneck-exporter diagnose --help' prints verdicts in a terminal; 'bottleneck-exporter run
+--help' runs a training script unchanged and reports what holds it back."""
 
 _EPILOG = """\
 examples:
@@ -162,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bottleneck_exporter.bundle.command import main as bundle_main
 
         return bundle_main(argv[1:])
+    if argv and argv[0] == "run":
+        from bottleneck_exporter.run.command import main as run_main
+
+        return run_main(argv[1:])
     return run_exporter(argv)
 
 

@@ -44,22 +44,22 @@ from bottleneck_exporter.heuristics import (
     resolve,
 )
 from bottleneck_exporter.options import argument_type, positive_duration
-from bottleneck_exporter.verdicts.evaluation import evaluate, exporter_job
+from bottleneck_exporter.verdicts import standalone
+from bottleneck_exporter.verdicts.evaluation import exporter_job
 from bottleneck_exporter.verdicts.peers import (
     DEFAULT_URLS,
     PEER_NAMES,
-    URL_DESTS,
     URL_FLAGS,
     Peer,
     PeerError,
     add_url_flags,
     bundle_for,
     check_bundle,
-    peer,
+    peers_given,
     scrape,
 )
 from bottleneck_exporter.verdicts.prometheus import PrometheusClient, judge
-from bottleneck_exporter.verdicts.report import Report, render_json, render_text, sampled
+from bottleneck_exporter.verdicts.report import Report, render_json, render_text
 from bottleneck_exporter.verdicts.sampling import PEER_TIMEOUT, HttpSource, InProcessSource, Sampler, Source
 from bottleneck_exporter.verdicts.scrape import Unreachable
 
@@ -123,11 +123,7 @@ def build_parser() -> Parser:
 def exporter_parser() -> Parser:
     """The exporter's part flags, for the collectors and push receiver diagnose runs in-process; a misspelled
     flag is matched against diagnose's own flags as well."""
-    from bottleneck_exporter.parts import add_arguments
-
-    parser = Parser(prog="bottleneck-exporter diagnose", add_help=False, suggest=build_parser().flags())
-    add_arguments(parser)
-    return parser
+    return standalone.exporter_parser("bottleneck-exporter diagnose", build_parser().flags())
 
 
 def _progress(stream: TextIO) -> Callable[[float, float], None]:
@@ -181,7 +177,7 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         overrides: dict[str, object] = dict(parse_sets(args.sets))
         if args.prometheus_url and rest:
             raise CatalogueError(f"unknown arguments with --prometheus.url: {' '.join(rest)}")
-        peers = _peers(args)
+        peers = peers_given(args)
         if args.prometheus_url and peers:
             raise CatalogueError(f"{' and '.join(URL_FLAGS.values())} are for standalone diagnose; with "
                                  "--prometheus.url, Prometheus scrapes them (pick their bundle with --bundle)")
@@ -211,12 +207,6 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     return EXIT_CRITICAL if report.critical else EXIT_OK
 
 
-def _peers(args: argparse.Namespace) -> list[Peer]:
-    """The peers given by flag; raises ValueError for a URL that is not http(s)."""
-    urls = {source: getattr(args, URL_DESTS[source]) for source in PEER_NAMES}
-    return [peer(source, url) for source, url in urls.items() if url]
-
-
 def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, object], peers: list[Peer],
                 err: TextIO) -> Report:
     source: Source
@@ -240,24 +230,17 @@ def _standalone(args: argparse.Namespace, rest: list[str], overrides: dict[str, 
         sampler.run(args.window, args.interval, _progress(err))
     finally:
         source.stop()
-    return sampled(evaluate(sampler.samples(), args.bundle, overrides), sampler)
+    return standalone.judged(sampler, args.bundle, overrides)
 
 
 def _in_process(exporter_args: Sequence[str]) -> InProcessSource:
     """The collectors and the push receiver, built from the exporter's own flags, to run in this process (no
     exporter running on the node)."""
-    from bottleneck_exporter.config import ConfigError, load_yaml
-    from bottleneck_exporter.parts import build_parts
-    from bottleneck_exporter.training.registry import TrainingRegistry
-
     try:
         args = exporter_parser().parse_args(list(exporter_args))
-        file_config = load_yaml(args.config_file) if args.config_file else {}
-        return InProcessSource(build_parts(args, file_config, TrainingRegistry(), args.config_file or ""))
     except SystemExit:  # argparse already said which of the exporter's flags is wrong
         raise CatalogueError(f"bad exporter flags: {' '.join(exporter_args)}") from None
-    except ConfigError as error:
-        raise CatalogueError(str(error)) from None
+    return standalone.in_process(args)
 
 
 if __name__ == "__main__":

@@ -250,7 +250,7 @@ def test_no_import_cycle_anywhere_in_the_package() -> None:
     heuristics = f"{PACKAGE}.heuristics"
     assert f"{heuristics}.areas" in graph[f"{heuristics}.catalogue"] \
         and f"{PACKAGE}.hook.collective.clock" in graph[f"{PACKAGE}.hook.collective.fsdp1"] \
-        and f"{PACKAGE}.parts" in graph[f"{PACKAGE}.diagnose"], \
+        and f"{PACKAGE}.parts" in graph[f"{PACKAGE}.verdicts.standalone"], \
         "the graph lost the edges it should see: the check would prove nothing"
     assert not _cycles(graph)
 
@@ -265,8 +265,8 @@ def _reachable(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
     return found
 
 
-# The daemon's entry points: the command line, the status page and diagnose.
-DAEMON_ROOTS = tuple(f"{PACKAGE}.{m}" for m in ("cli", "status", "diagnose"))
+# The daemon's entry points: the command line, the status page, diagnose and run.
+DAEMON_ROOTS = tuple(f"{PACKAGE}.{m}" for m in ("cli", "status", "diagnose", "run.command"))
 TEST_DATA = (f"{PACKAGE}.heuristics.scenarios", f"{PACKAGE}.heuristics.generate")
 
 
@@ -297,7 +297,7 @@ def _daemon_modules(loaded: set[str], names: tuple[str, ...]) -> set[str]:
 
 
 def test_importing_the_hook_pulls_in_nothing_only_the_daemon_needs() -> None:
-    loaded = _loaded_after("import bottleneck_exporter.hook")
+    loaded = _loaded_after("from bottleneck_exporter.hook import instrument")
     assert "bottleneck_exporter.hook.session" in loaded, "the hook was not imported: the check would prove nothing"
     assert "bottleneck_exporter.wire.schema" in loaded, "the hook no longer builds datagrams from wire.schema"
     assert not _daemon_modules(loaded, (*DAEMON_ONLY, "torch"))

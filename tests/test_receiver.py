@@ -327,6 +327,25 @@ def test_silent_job_expires_and_its_process_is_forgotten():
 
 
 # -- sockets ------------------------------------------------------------------------------------------------------
+@pytest.mark.live
+def test_settle_returns_once_every_queued_datagram_is_exposed(tmp_path):
+    """``run`` takes its last sample once its command has exited: the command's last datagrams must be in it."""
+    rx = receiver()
+    path = str(tmp_path / "push.sock")
+    rx.bind_unix(path)
+    rx.start()
+    payload = hook_payload(steps=1)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            for seq in range(1, 201):
+                sender.sendto(encode({**payload, "seq": seq, "dropped": seq}), path)
+        assert rx.settle(timeout=30)
+        assert sample(rx, "bottleneck_push_datagrams_total") == 200 and not any(rx.rejected().values())
+        assert sample(rx, "bottleneck_train_hook_dropped_datagrams_total", training_job="job-a", rank="0") == 200
+    finally:
+        rx.stop()
+
+
 # -- hung trainers: silent but alive -----------------------------------------------------------------------------
 # A trainer that pushes one datagram through the real hook transport, says so, then stays alive and silent (as a
 # rank hung in an all-reduce does) until its stdin closes.

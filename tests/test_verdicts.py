@@ -99,6 +99,18 @@ def test_the_sampler_stops_when_done_says_so() -> None:
     assert sampler.times == [0.0, 5.0, 10.0]
 
 
+def test_a_sampler_that_keeps_a_window_forgets_older_samples_and_series_gone_since() -> None:
+    """``run`` samples for as long as its command trains: what it keeps stays bounded."""
+    clock = Clock()
+    sampler = Sampler(Recorded(gpus_up((1, 1), (1, 1), (1,), (1,), (1,), (1,))), "node-1", JOB, clock=clock, keep=10)
+    sampler.run(25.0, 5.0, sleep=clock.sleep)
+    assert sampler.times == [15.0, 20.0, 25.0]
+    got = {labels.get("gpu", labels["__name__"]): times for labels, times, _ in series(sampler.samples())}
+    assert got == {"0": [15.0, 20.0, 25.0], "up": [15.0, 20.0, 25.0]}  # GPU 1 vanished at 10 s: its series too
+    assert sampler.samples().span == 10.0
+    assert sampler.record[0].scrapes == 6  # every scrape still counted
+
+
 def test_a_peer_that_does_not_answer_costs_its_own_series_only_and_is_named_with_what_it_leaves_unjudged() -> None:
     clock = Clock()
     down = peer(NODE_EXPORTER, f"http://127.0.0.1:{free_port()}")

@@ -41,16 +41,19 @@ class ForwardSession(Protocol):
 
 
 class TimedForward:
-    def __init__(self, session: ForwardSession, module: Any, count_samples: bool) -> None:
+    def __init__(self, session: ForwardSession, module: Any, count_samples: bool, method: str = "forward") -> None:
+        """``method``: the module's method that runs the step's forward; ``forward``, or a LightningModule's
+        ``training_step`` (which the automatic instrumentation times when the model is called inside it)."""
         self.session = session
         self.module = module
         self.count_samples = count_samples
+        self.method = method
         # What was there before: usually nothing in the instance (the class's forward), sometimes a user's
         # own instance-level forward, which remove() restores.
-        self.previous = module.__dict__.get("forward", _MISSING)
-        self.original = module.forward
+        self.previous = module.__dict__.get(method, _MISSING)
+        self.original = getattr(module, method)
         self.__wrapped__ = self.original
-        module.__dict__["forward"] = self
+        module.__dict__[method] = self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session = self.session
@@ -95,11 +98,11 @@ class TimedForward:
                     session.failed("forward")
 
     def remove(self) -> None:
-        if self.module.__dict__.get("forward") is self:
+        if self.module.__dict__.get(self.method) is self:
             if self.previous is _MISSING:
-                del self.module.__dict__["forward"]
+                del self.module.__dict__[self.method]
             else:
-                self.module.__dict__["forward"] = self.previous
+                self.module.__dict__[self.method] = self.previous
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A copy of the model (an EMA twin, say) is not the model being trained: it gets the plain forward,
@@ -110,7 +113,7 @@ class TimedForward:
         # torch.save(model) pickles the module's __dict__: store "the module's forward" instead of this
         # wrapper (which holds sockets), resolved against the rebuilt module when loading.
         if self.previous is _MISSING:
-            return getattr, (self.module, "forward")
+            return getattr, (self.module, self.method)
         return _same, (self.previous,)
 
 

@@ -7,8 +7,8 @@ the exporter then shows::
     bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="data_wait"} 10.2
     bottleneck_train_dataloader_num_workers{training_job="train",rank="0"} 0.0
 
-The wrapper forwards everything else (``len()``, attributes) to the loader, and exceptions of the loader's
-iterator pass through untouched.
+The wrapper forwards everything else (``len()``, attributes) to the loader, its iterator forwards them to the
+loader's iterator, and exceptions of the loader's iterator pass through untouched.
 """
 
 from __future__ import annotations
@@ -101,28 +101,33 @@ class InstrumentedLoader:
         self.bottleneck_session = session
 
     def __iter__(self) -> Iterator[Any]:
-        iterator = iter(self.loader)
-        session = self.bottleneck_session
-        if session.active:
-            try:
-                # Multi-process iterators keep their worker processes in ``_workers`` (started by iter()).
-                workers = getattr(iterator, "_workers", None) or ()
-                session.set_loader(self.loader, [w.pid for w in workers if getattr(w, "pid", None)])
-            except Exception:
-                session.failed("reading DataLoader workers")
-        sizes = None
-        if session.active:
-            try:
-                sizes = known_batch_sizes(self.loader, session.samples)
-            except Exception:
-                session.failed("reading DataLoader batch sizes")
-        return _InstrumentedIterator(iterator, session, sizes)
+        return timed(self.loader, iter(self.loader), self.bottleneck_session)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+def timed(loader: Any, iterator: Iterator[Any], session: Session) -> _InstrumentedIterator:
+    """``iterator``, taken from ``loader``, with each ``__next__`` timed as data wait for ``session``; the
+    loader's settings and worker PIDs are read now. Used by ``InstrumentedLoader`` and by the automatic
+    instrumentation (``bottleneck_exporter.hook.auto``), which times the iterators ``DataLoader.__iter__`` returns."""
+    if session.active:
+        try:
+            # Multi-process iterators keep their worker processes in ``_workers`` (started by iter()).
+            workers = getattr(iterator, "_workers", None) or ()
+            session.set_loader(loader, [w.pid for w in workers if getattr(w, "pid", None)])
+        except Exception:
+            session.failed("reading DataLoader workers")
+    sizes = None
+    if session.active:
+        try:
+            sizes = known_batch_sizes(loader, session.samples)
+        except Exception:
+            session.failed("reading DataLoader batch sizes")
+    return _InstrumentedIterator(iterator, session, sizes)
 
 
 class _InstrumentedIterator:
@@ -152,6 +157,16 @@ class _InstrumentedIterator:
 
     def __iter__(self) -> _InstrumentedIterator:
         return self
+
+    def __len__(self) -> int:
+        return len(self._iterator)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # What the loader's own iterator has (``_workers``, ``_num_yielded``...), for code that reads it; the
+        # slots are this wrapper's own (unset ones must not recurse through here).
+        if name in _InstrumentedIterator.__slots__:
+            raise AttributeError(name)
+        return getattr(self._iterator, name)
 
     def __next__(self) -> Any:
         session = self._session

@@ -68,7 +68,12 @@ Samples = int | float | Callable[[Any], Any] | None
 # How a fetch of the next batch relates to steps (Session.end_at_fetch): with one optimizer its step hook
 # ends the step, so a fetch ends nothing; without an optimizer every batch is a step; with several (a GAN's
 # generator and discriminator) a step is every optimizer step between two fetches, ended at the next fetch.
-FETCH_ENDS_NOTHING, FETCH_ENDS_STEP, FETCH_ENDS_STEPPED = range(3)
+# Undecided (the automatic instrumentation, which cannot know whether the loop has an optimizer before one
+# steps): a fetch ends nothing, and after UNDECIDED_FETCHES fetches with no optimizer step every batch is a
+# step from then on. Frameworks fetch ahead and gradient accumulation fetches several batches per step, so
+# fetches before the first optimizer step are no steps.
+FETCH_ENDS_NOTHING, FETCH_ENDS_STEP, FETCH_ENDS_STEPPED, FETCH_UNDECIDED = range(4)
+UNDECIDED_FETCHES = 64
 
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 # The session already measuring a model or optimizer: instrument() called again with a re-created loader
@@ -194,6 +199,7 @@ class Session:
         # Steps and optimizers: see FETCH_ENDS_*. optimizer_steps counts optimizer steps that ran (a
         # GradScaler wrapper compares it to tell a skipped step); stepped says one ran since the last step end.
         self.end_at_fetch = FETCH_ENDS_STEP
+        self.undecided_fetches = 0
         self.optimizer_steps = 0
         self.stepped = False
         self.skips_counted = False
@@ -281,6 +287,11 @@ class Session:
 
     def end_step_at_fetch(self) -> None:
         """Called by the loader before each fetch when a fetch may end a step (see FETCH_ENDS_*)."""
+        if self.end_at_fetch == FETCH_UNDECIDED:
+            self.undecided_fetches += 1
+            if self.undecided_fetches >= UNDECIDED_FETCHES:
+                self.end_at_fetch = FETCH_ENDS_STEP
+            return
         if self.end_at_fetch == FETCH_ENDS_STEP or self.stepped:
             self.stepped = False
             self.end_step()
@@ -301,14 +312,15 @@ class Session:
                 self.clock.fetched_samples += count
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
-    def attach_model(self, model: Any, count_samples_in_forward: bool = False) -> None:
-        """Time the model's outermost forward (see bottleneck_exporter.hook.forward for why not a module hook)."""
+    def attach_model(self, model: Any, count_samples_in_forward: bool = False, method: str = "forward") -> None:
+        """Time the model's outermost forward (see bottleneck_exporter.hook.forward for why not a module hook);
+        ``method``: the model's method that runs it, when not ``forward``."""
         if id(model) in self._models:
             return
         import torch
 
         self.grad_enabled = torch.is_grad_enabled
-        self._handles.append(TimedForward(self, model, count_samples_in_forward))
+        self._handles.append(TimedForward(self, model, count_samples_in_forward, method))
         self._models.add(id(model))
         # Now, before any training: a DDP hook the user registers from here on is timed, not refused.
         self.time_collectives(model)

@@ -64,6 +64,7 @@ class PushReceiver:
         self._rejected = dict.fromkeys(REASONS, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._draining = False  # the thread has datagrams in hand (settle() waits for them)
         # trainer PID → (worker PIDs its datagram named, those that descend from it): /proc is walked again
         # only when the list changes.
         self._workers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -130,9 +131,11 @@ class PushReceiver:
         while not self._stop.is_set():
             try:
                 ready, _, _ = select.select(list(socks), [], [], _EXPIRY_INTERVAL)
+                self._draining = bool(ready)  # before the first recv: settle() then sees a queue or this
                 for fd in ready:
                     sock, is_unix = socks[fd]
                     self._drain(sock, is_unix)
+                self._draining = False
                 if time.monotonic() >= next_expiry:
                     next_expiry = time.monotonic() + _EXPIRY_INTERVAL
                     self._expire()
@@ -141,6 +144,22 @@ class PushReceiver:
                     return  # sockets closed under us by stop()
                 log.exception("push receiver loop error; continuing")
                 self._stop.wait(1.0)
+
+    def settle(self, timeout: float = 1.0) -> bool:
+        """Wait at most ``timeout`` seconds until every datagram queued now has been handled; True once it has.
+        For a caller that knows its senders have exited (``run``, once its command has): their last datagrams are
+        then in the exposition. The queues are checked before the thread's flag, which it raises before taking a
+        datagram off them, so a datagram is always in one of the two."""
+        deadline = time.monotonic() + timeout
+        while True:
+            queued = [sock for sock, _ in self._sockets]
+            with contextlib.suppress(OSError, ValueError):  # closed by stop()
+                queued, _, _ = select.select(queued, [], [], 0)
+            if not queued and not self._draining:
+                return True
+            if time.monotonic() >= deadline or self._thread is None:
+                return False
+            time.sleep(0.005)
 
     def _drain(self, sock: socket.socket, is_unix: bool) -> None:
         for _ in range(_BURST):

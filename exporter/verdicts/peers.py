@@ -79,6 +79,12 @@ def peer(source: str, url: str) -> Peer:
     return Peer(source, url)
 
 
+def peers_given(args: argparse.Namespace) -> list[Peer]:
+    """The peers named by ``add_url_flags``' flags; raises ValueError for a URL that is not http(s)."""
+    urls = {source: getattr(args, URL_DESTS[source]) for source in PEER_NAMES}
+    return [peer(source, url) for source, url in urls.items() if url]
+
+
 def peers_of(bundle: str) -> tuple[str, ...]:
     """The peer sources ``bundle`` reads (node_exporter, dcgm-exporter), in that order."""
     chosen = BUNDLES[bundle].sources.items()
@@ -169,6 +175,16 @@ class Points:
 
     def _key(self, job: str, name: str, labels: Labels) -> tuple[tuple[str, str], ...]:
         return tuple(sorted({**as_scraped(dict(labels), job, self.instance), "__name__": name}.items()))
+
+    def forget_before(self, at: float) -> None:
+        """Drop the points older than ``at`` (and a series left with none): a long run keeps a bounded window."""
+        for key, series in list(self._points.items()):
+            keep = next((i for i, (t, _) in enumerate(series) if t >= at), len(series))
+            if keep == len(series):
+                del self._points[key]
+            elif keep:
+                del series[:keep]
+        self._columns.clear()  # add_columns' cached lists may be gone from _points now
 
     def store(self) -> SeriesStore:
         store = SeriesStore()

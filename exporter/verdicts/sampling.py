@@ -126,8 +126,12 @@ class Sampler:
     then read what they would read in Prometheus."""
 
     def __init__(self, source: Source, instance: str, scrape_job: str, peers: Sequence[Peer] = (),
-                 peer_timeout: float = PEER_TIMEOUT, clock: Callable[[], float] = time.time) -> None:
+                 peer_timeout: float = PEER_TIMEOUT, clock: Callable[[], float] = time.time,
+                 keep: float | None = None) -> None:
+        """``keep``: seconds of samples kept (the last ones), for a sampling as long as what it watches (``run``);
+        None keeps them all."""
         self.source = source
+        self.keep = keep
         self.instance = instance
         self.scrape_job = scrape_job
         self.peers = tuple(peers)
@@ -154,6 +158,10 @@ class Sampler:
                 sampled.error = sampled.error or str(error)
                 self._points.add(now, target.job, (), up=False)
         self.times.append(now)
+        if self.keep is not None and now - self.times[0] > self.keep:
+            oldest = now - self.keep
+            self.times = [t for t in self.times if t >= oldest]
+            self._points.forget_before(oldest)
         return now
 
     def run(self, window: float, interval: float, progress: Callable[[float, float], None] | None = None,
