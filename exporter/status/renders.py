@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeGuard
 
-from bottleneck_exporter.status import page
+from bottleneck_exporter.status.page import render as render_html
 from bottleneck_exporter.status.recorder import Recorder
 
 FRESH_SECONDS = 2.0
 COLLECTION_WAIT_SECONDS = 2.0
 FORMS: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
-    "html": (page.render, "text/html; charset=utf-8"),
+    "html": (render_html, "text/html; charset=utf-8"),
     "json": (lambda data: json.dumps(data, indent=2).encode() + b"\n", "application/json"),
 }
 
