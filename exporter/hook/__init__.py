@@ -21,9 +21,11 @@ millisecond of start-up is paid by every helper process too.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: that module alone would be most of this package's start-up
 if TYPE_CHECKING:
+    from typing import Any
+
     from bottleneck_exporter.hook.loader import InstrumentedLoader, instrument
     from bottleneck_exporter.hook.session import Session
 

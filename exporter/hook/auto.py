@@ -37,16 +37,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import os
 import sys
-import weakref
-from collections.abc import Callable
 from time import perf_counter
-from types import FrameType
-from typing import Any
 
-log = logging.getLogger("bottleneck_exporter.hook")
+# Every Python process of the command imports this module at its start (torch or not): nothing here that the
+# interpreter's own start-up has not loaded already; logging, typing and weakref come when they are needed.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+
+def _log() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("bottleneck_exporter.hook")
 
 # Steps the model is looked for (the global module hook in place) before it is given up for good.
 SEARCH_STEPS = 3
@@ -72,7 +80,7 @@ def start() -> None:
         elif not any(isinstance(finder, _TorchImport) for finder in sys.meta_path):
             sys.meta_path.insert(0, _TorchImport())
     except Exception:
-        log.debug("bottleneck hook: automatic instrumentation not started", exc_info=True)
+        _log().debug("bottleneck hook: automatic instrumentation not started", exc_info=True)
 
 
 def attach() -> Auto | None:
@@ -90,7 +98,7 @@ def attach() -> Auto | None:
                 raise
             _attached = auto
         except Exception:
-            log.warning("bottleneck hook: the automatic instrumentation could not attach; training runs without it",
+            _log().warning("bottleneck hook: the automatic instrumentation could not attach; training runs without it",
                         exc_info=True)
     return _attached
 
@@ -136,12 +144,12 @@ def _after_exec(loader: Any) -> None:
         try:
             attach()
         except Exception:  # attach() guards itself; this is the user's import statement
-            log.debug("bottleneck hook: attaching at torch's import failed", exc_info=True)
+            _log().debug("bottleneck hook: attaching at torch's import failed", exc_info=True)
 
     try:
         loader.exec_module = exec_module
     except (AttributeError, TypeError):  # a loader with slots: torch is imported without the hook
-        log.debug("bottleneck hook: cannot wait for torch's import with %r", loader)
+        _log().debug("bottleneck hook: cannot wait for torch's import with %r", loader)
 
 
 class Auto:
@@ -158,6 +166,8 @@ class Auto:
         self._search: Any = None  # the global forward pre-hook's handle while the model is looked for
         self._search_from = 0  # the session's step count when the search began
         self._searched = False  # found, or given up
+        import weakref
+
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._last_optimizer = 0  # id() of the optimizer that stepped last: a new one is counted
         self._several = False
@@ -212,12 +222,14 @@ class Auto:
         if self.session is not None:
             self.session.failed(where)
         else:
-            log.debug("bottleneck hook: automatic instrumentation failed %s", where, exc_info=True)
+            _log().debug("bottleneck hook: automatic instrumentation failed %s", where, exc_info=True)
 
     def forked(self) -> None:
         """In a forked child: it measures itself (a rank started by fork), never with the parent's session (which
         ``Session.forked`` switched off); a DataLoader worker never starts one (``start_session``)."""
         self.stop_search()  # the child's copy of the global module hook: a worker's transforms may be modules
+        import weakref
+
         self.session = None
         self._optimizers = weakref.WeakSet()
         self._last_optimizer = 0
@@ -245,7 +257,7 @@ class Auto:
             session.end_at_fetch = FETCH_UNDECIDED  # until an optimizer steps, or shows it never will
         except Exception:
             self.off = True
-            log.warning("bottleneck hook: the automatic instrumentation could not start; training runs without it",
+            _log().warning("bottleneck hook: the automatic instrumentation could not start; training runs without it",
                         exc_info=True)
             return None
         self.session = session
