@@ -280,7 +280,7 @@ class Run:
             print(f"{PROG}: error: {ran}, before any training step was measured; no report", file=err)
             return status
         report = standalone.judged(sampler, self.bundle, self.overrides)
-        lines = [render_text(report, args.severity)]
+        lines = [render_text(report, args.severity, heading=PROG)]
         if unseen:
             lines.append("\nWhat could not be seen (docs/run.md#what-it-cannot-see):\n" + "".join(
                 textwrap.fill(text, width=100, initial_indent="  - ", subsequent_indent="    ") + "\n"
