@@ -12,7 +12,6 @@ differs from the library's (tests/test_exposition.py compares them on every fami
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -63,14 +62,13 @@ def _plain(name: str, pattern: re.Pattern[str], seen: set[str]) -> bool:
 def go_float(value: float) -> str:
     """A sample value as the Go client writes it (and prometheus_client after it): ``+Inf``, ``NaN``, and an
     exponent once a positive number has more than six digits before its point."""
-    number = float(value)
-    if math.isinf(number):
-        return "+Inf" if number > 0 else "-Inf"
-    if number != number:
-        return "NaN"
-    text = repr(number)
+    text = repr(float(value))
+    if len(text) < 8 and "n" not in text:  # most values: no special, at most six digits before the point
+        return text
+    if text in ("inf", "-inf", "nan"):
+        return {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}[text]
     dot = text.find(".")
-    if number > 0 and dot > 6:
+    if dot > 6 and text[0] != "-":
         mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.")
         return f"{mantissa}e+{dot - 1:02d}"
     return text
@@ -86,19 +84,19 @@ def _samples(metric: Metric, out: list[str], moved: tuple[str, ...] = ()) -> Non
     """Appends the family's sample lines, the same in both formats for the samples this writer takes; a sample
     named in ``moved`` is one the format writes elsewhere, and leaves the family to the library."""
     for sample in metric.samples:
-        name = sample.name
+        name, labels, value = sample.name, sample.labels, sample.value
         if (sample.timestamp is not None or sample.exemplar is not None or sample.native_histogram is not None
                 or name in moved or not _plain(name, _METRIC_NAME, _PLAIN_METRICS)):
             raise _Unwritten
-        if sample.labels:
+        if labels:
             pairs = []
-            for key, value in sorted(sample.labels.items()):
+            for key, text in sorted(labels.items()):
                 if not _plain(key, _LABEL_NAME, _PLAIN_LABELS):
                     raise _Unwritten
-                pairs.append(f'{key}="{_escape(value)}"')
-            out.append(f"{name}{{{','.join(pairs)}}} {go_float(sample.value)}\n")
+                pairs.append(f'{key}="{_escape(text)}"')
+            out.append(f"{name}{{{','.join(pairs)}}} {go_float(value)}\n")
         else:
-            out.append(f"{name} {go_float(sample.value)}\n")
+            out.append(f"{name} {go_float(value)}\n")
 
 
 def _text_family(metric: Metric, out: list[str]) -> None:
