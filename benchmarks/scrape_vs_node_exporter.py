@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/scrape_vs_node_exporter.py [--scrapes 200] [--fresh 50] [--warmup 5] [--workers 8]
 
 Starts each exporter on a free loopback port, scrapes it ``--scrapes`` times one after the other on one
-kept-alive connection (as Prometheus scrapes), then ``--fresh`` times on a new connection each (no gzip: our
-server does not compress, so neither side is asked to), and prints per exporter: the median and p90 latency
+kept-alive connection (as Prometheus scrapes, with its Accept header, but without gzip: compression would
+measure zlib), then ``--fresh`` times on a new connection each, and prints per exporter: the median and p90 latency
 seen by the client on the kept-alive connection, the median on fresh ones, CPU seconds the exporter process
 spent per kept-alive scrape (utime + stime from /proc/PID/stat, difference over those scrapes / scrapes), its
 RSS after the scrapes (VmRSS), and samples and bytes per scrape. Like for like:
