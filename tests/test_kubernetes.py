@@ -83,8 +83,14 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
 
 
 KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
-                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter",
-                  "overlays/beside-node-exporter-and-dcgm-only"]
+                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter-and-dcgm-only"]
+
+
+def test_every_kustomization_is_rendered_by_the_tests() -> None:
+    """An overlay added (or renamed) without a line here would escape every check below."""
+    found = {str(p.parent.relative_to(KUBERNETES)) for p in KUBERNETES.glob("*/**/kustomization.yaml")
+             if yaml.safe_load(p.read_text())["kind"] == "Kustomization"}
+    assert found == set(KUSTOMIZATIONS)
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -356,33 +362,45 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
     for kind in CRD_KINDS:
         assert by_kind(objects, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
         assert crd_errors(by_kind(objects, kind)) == []
-    assert by_kind(objects, "DaemonSet")["spec"] == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
+    spec = copy.deepcopy(by_kind(objects, "DaemonSet")["spec"])
+    spec["template"]["spec"]["containers"][0]["args"].pop()  # the preset (next test)
+    assert spec == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
 
 
-# overlay (its name is the preset it runs) -> (the collectors it runs, whether its gpu collector exports only
-# what dcgm-exporter lacks)
-BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": (["gpu", "kubernetes", "training"], True),
-                   "beside-node-exporter": (["gpu", "kubernetes", "training"], False),
-                   "beside-node-exporter-and-dcgm-only": (["training"], False)}
+def test_every_overlay_beside_kube_prometheus_stack_gets_its_release_label_from_one_component() -> None:
+    """The label is written once (components/kube-prometheus-stack): a release of another name is one edit."""
+    component = KUBERNETES / "components" / "kube-prometheus-stack"
+    assert yaml.safe_load((component / "kustomization.yaml").read_text())["kind"] == "Component"
+    for overlay in BESIDE_OVERLAYS:
+        kustomization = yaml.safe_load((KUBERNETES / "overlays" / overlay / "kustomization.yaml").read_text())
+        assert [(KUBERNETES / "overlays" / overlay / c).resolve() for c in kustomization["components"]] == [component]
 
 
-@pytest.mark.parametrize(("overlay", "collectors", "only_unique"),
+# overlay -> (the preset it runs, the collectors that preset runs, whether its gpu collector exports only what
+# dcgm-exporter lacks). kube-prometheus-stack always runs node-exporter: its overlay runs beside it by default.
+BESIDE_OVERLAYS = {"kube-prometheus-stack": ("beside-node-exporter", ["gpu", "kubernetes", "training"], False),
+                   "beside-node-exporter-and-dcgm": ("beside-node-exporter-and-dcgm",
+                                                     ["gpu", "kubernetes", "training"], True),
+                   "beside-node-exporter-and-dcgm-only": ("beside-node-exporter-and-dcgm-only", ["training"], False)}
+
+
+@pytest.mark.parametrize(("overlay", "preset", "collectors", "only_unique"),
                          [(overlay, *expected) for overlay, expected in BESIDE_OVERLAYS.items()])
-def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, collectors: list[str],
+def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, preset: str, collectors: list[str],
                                                               only_unique: bool, tmp_path: Path) -> None:
-    """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
-    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of
-    them) to it (the config file must not turn a collector back on)."""
+    """The overlay is gpu-nodes' plus the preset, and the real parts built from its args and its ConfigMap leave
+    the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of them) to it (the
+    config file must not turn a collector back on)."""
     from bottleneck_exporter import parts
     from bottleneck_exporter.config import load_yaml
     from bottleneck_exporter.training.registry import TrainingRegistry
 
     objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
-    base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
-    assert f"--collector.preset={overlay}" not in base["containers"][0]["args"]
-    assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={overlay}"]
+    base = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    assert not [arg for arg in base["containers"][0]["args"] if arg.startswith("--collector.preset")]
+    assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={preset}"]
     args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
     args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
     (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
