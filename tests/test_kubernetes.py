@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -27,7 +25,7 @@ from bottleneck_exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_
 from bottleneck_exporter.web.server import parse_listen_address
 from bottleneck_exporter.wire.paths import DEFAULT_SOCKET
 from tests.conftest import FIXTURES, ROOT, require_tool
-from tests.kustomize import KUBERNETES, by_kind, render
+from tests.kustomize import KUBERNETES, by_kind, import_generator, render
 
 KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 GENERATOR = KUBERNETES / "generate_prometheusrule.py"
@@ -36,17 +34,12 @@ DASHBOARD_FILES = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 CRDS = FIXTURES / "crds"
 CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
 CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
+# Shipped beside the kustomizations, applied on their own (deploy/kubernetes/alertmanager/).
+OTHER_CRD_KINDS = {"AlertmanagerConfig": "alertmanagerconfigs"}
 
 
 
 
-def import_generator(name: str) -> ModuleType:
-    """A generator script of deploy/kubernetes (not a package: the scripts import each other by name)."""
-    sys.path.insert(0, str(KUBERNETES))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(KUBERNETES))
 
 
 
@@ -70,15 +63,24 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` (the AlertmanagerConfig CRD's matchType enum) as the `value` tag; Kubernetes
+    reads YAML 1.2, where it is the string "="."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
 @functools.cache
-def crd_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / f"monitoring.coreos.com_{CRD_KINDS[kind]}.yaml").read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+def crd_schema(kind: str, api_version: str = "monitoring.coreos.com/v1") -> dict[str, Any]:
+    plural = {**CRD_KINDS, **OTHER_CRD_KINDS}[kind]
+    crd = yaml.load((CRDS / f"monitoring.coreos.com_{plural}.yaml").read_text(), Loader=_CrdLoader)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == api_version.split("/")[1]]
     return strict_schema(version["schema"]["openAPIV3Schema"])
 
 
 def crd_errors(obj: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(crd_schema(obj["kind"]))
+    validator = jsonschema.Draft7Validator(crd_schema(obj["kind"], obj["apiVersion"]))
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
@@ -495,3 +497,28 @@ def test_gpu_operator_values_give_dcgm_exporter_a_servicemonitor_the_stack_accep
     misspelled = copy.deepcopy(monitor)
     misspelled["relabelings"][0]["source_labels"] = misspelled["relabelings"][0].pop("sourceLabels")
     assert any("source_labels" in error for error in crd_errors(gpu_operator_service_monitor(misspelled)))
+
+
+# ---------------------------------------------------------------------------------------- Alertmanager routing
+
+
+def test_alertmanager_routing_for_kube_prometheus_stack_is_generated_from_the_shipped_config() -> None:
+    """alerts/alertmanager.yml and its templates are the source; the AlertmanagerConfig and both values files
+    follow them (tests/test_alertmanager.py runs all of them in a real Alertmanager)."""
+    generator = import_generator("generate_alertmanager")
+    committed = generator.committed_files()
+    assert set(committed) == set((KUBERNETES / "alertmanager").iterdir())
+    for target, render_text in committed.items():
+        assert render_text() == target.read_text(), f"{target} is stale: run {generator.REGENERATE}"
+    result = subprocess.run([sys.executable, str(KUBERNETES / "generate_alertmanager.py"), "--check"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_alertmanagerconfig_matches_the_prometheus_operator_schema() -> None:
+    resource = yaml.safe_load((KUBERNETES / "alertmanager" / "alertmanagerconfig.yaml").read_text())
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    assert crd_errors(resource) == []
+    misspelled = copy.deepcopy(resource)
+    misspelled["spec"]["route"]["group_by"] = misspelled["spec"]["route"].pop("groupBy")
+    assert any("group_by" in error for error in crd_errors(misspelled)), "Alertmanager's own spelling is refused"
