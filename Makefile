@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools run demo test lint golden generate bench wheel smoke
+.PHONY: venv tools run demo test lint golden generate bench wheel smoke image image-push
 
 # The exporter alone: no torch.
 $(VENV)/.runtime: pyproject.toml
@@ -48,6 +48,17 @@ wheel: $(VENV)/.runtime
 	rm -rf build/lib  # setuptools builds there and never removes a deleted module's copy
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
+# The daemon's image, tagged with the package's version (exporter/__init__.py). IMAGE is what a release publishes
+# and the kustomize base deploys (deploy/kubernetes/base/kustomization.yaml); for a private registry:
+# `make image-push IMAGE=registry.example.org/ml/bottleneck-exporter`, then set that name in an overlay's images:.
+IMAGE ?= ghcr.io/bottleneck-exporter/bottleneck-exporter
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' exporter/__init__.py)
+image:
+	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+image-push: image
+	docker push $(IMAGE):$(VERSION)
+
 # The wheel installed into a fresh virtual environment outside the tree, then used as a person would: the exporter,
 # `run` on a real script, `bundle write` checked by promtool and amtool (what CI runs after the tests).
 smoke: tools
@@ -64,9 +75,11 @@ bench: venv tools
 	$(PY) benchmarks/hook_overhead.py
 
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
-# dashboards, the Kubernetes PrometheusRule and dashboard ConfigMaps. Tests fail when a committed file differs from this output.
+# dashboards, the Kubernetes PrometheusRule and dashboard ConfigMaps; and kube-prometheus-stack's Alertmanager
+# routing from alerts/alertmanager.yml. Tests fail when a committed file differs from this output.
 generate: venv
 	$(PY) -m bottleneck_exporter.heuristics.generate
 	$(PY) -m bottleneck_exporter.dashboards
 	$(PY) deploy/kubernetes/generate_prometheusrule.py
 	$(PY) deploy/kubernetes/generate_dashboards.py
+	$(PY) deploy/kubernetes/generate_alertmanager.py

@@ -201,9 +201,9 @@ def test_diagnose_refuses_a_bundle_it_does_not_know_naming_those_it_does(capsys:
 
 
 @pytest.mark.parametrize(("overlay", "bundle"), [("beside-node-exporter-and-dcgm", "node-exporter-dcgm"),
-                                                 ("beside-node-exporter", "node-exporter"),
+                                                 ("kube-prometheus-stack", "node-exporter"),
                                                  ("beside-node-exporter-and-dcgm-only", "node-exporter-dcgm-only")])
-def test_the_beside_overlay_installs_its_bundle(overlay: str, bundle: str) -> None:
+def test_the_overlay_beside_node_exporter_installs_its_bundle(overlay: str, bundle: str) -> None:
     generator = ROOT / "deploy/kubernetes/generate_prometheusrule.py"
     check = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -27,7 +25,7 @@ from bottleneck_exporter.kube.podresources import DEFAULT_SOCKET as DEFAULT_POD_
 from bottleneck_exporter.web.server import parse_listen_address
 from bottleneck_exporter.wire.paths import DEFAULT_SOCKET
 from tests.conftest import FIXTURES, ROOT, require_tool
-from tests.kustomize import KUBERNETES, by_kind, render
+from tests.kustomize import KUBERNETES, by_kind, import_generator, render
 
 KUBERNETES_VERSION = "1.30.0"  # oldest release we claim to support; kubernetes-validate bundles its schemas
 GENERATOR = KUBERNETES / "generate_prometheusrule.py"
@@ -36,17 +34,12 @@ DASHBOARD_FILES = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 CRDS = FIXTURES / "crds"
 CORE_KINDS = {"ServiceAccount", "DaemonSet", "Service", "ConfigMap"}
 CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
+# Shipped beside the kustomizations, applied on their own (deploy/kubernetes/alertmanager/).
+OTHER_CRD_KINDS = {"AlertmanagerConfig": "alertmanagerconfigs"}
 
 
 
 
-def import_generator(name: str) -> ModuleType:
-    """A generator script of deploy/kubernetes (not a package: the scripts import each other by name)."""
-    sys.path.insert(0, str(KUBERNETES))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(KUBERNETES))
 
 
 
@@ -70,21 +63,36 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` (the AlertmanagerConfig CRD's matchType enum) as the `value` tag; Kubernetes
+    reads YAML 1.2, where it is the string "="."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
 @functools.cache
-def crd_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / f"monitoring.coreos.com_{CRD_KINDS[kind]}.yaml").read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+def crd_schema(kind: str, api_version: str = "monitoring.coreos.com/v1") -> dict[str, Any]:
+    plural = {**CRD_KINDS, **OTHER_CRD_KINDS}[kind]
+    crd = yaml.load((CRDS / f"monitoring.coreos.com_{plural}.yaml").read_text(), Loader=_CrdLoader)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == api_version.split("/")[1]]
     return strict_schema(version["schema"]["openAPIV3Schema"])
 
 
 def crd_errors(obj: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(crd_schema(obj["kind"]))
+    validator = jsonschema.Draft7Validator(crd_schema(obj["kind"], obj["apiVersion"]))
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
 
 
 KUSTOMIZATIONS = ["base", "overlays/gpu-nodes", "overlays/kube-prometheus-stack",
-                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter",
-                  "overlays/beside-node-exporter-and-dcgm-only"]
+                  "overlays/beside-node-exporter-and-dcgm", "overlays/beside-node-exporter-and-dcgm-only"]
+
+
+def test_every_kustomization_is_rendered_by_the_tests() -> None:
+    """An overlay added (or renamed) without a line here would escape every check below."""
+    found = {str(p.parent.relative_to(KUBERNETES)) for p in KUBERNETES.glob("*/**/kustomization.yaml")
+             if yaml.safe_load(p.read_text())["kind"] == "Kustomization"}
+    assert found == set(KUSTOMIZATIONS)
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -356,33 +364,45 @@ def test_kube_prometheus_stack_overlay_is_selected_by_the_charts_prometheus() ->
     for kind in CRD_KINDS:
         assert by_kind(objects, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
         assert crd_errors(by_kind(objects, kind)) == []
-    assert by_kind(objects, "DaemonSet")["spec"] == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
+    spec = copy.deepcopy(by_kind(objects, "DaemonSet")["spec"])
+    spec["template"]["spec"]["containers"][0]["args"].pop()  # the preset (next test)
+    assert spec == by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]
     assert "release" not in by_kind(objects, "DaemonSet")["metadata"]["labels"]
 
 
-# overlay (its name is the preset it runs) -> (the collectors it runs, whether its gpu collector exports only
-# what dcgm-exporter lacks)
-BESIDE_OVERLAYS = {"beside-node-exporter-and-dcgm": (["gpu", "kubernetes", "training"], True),
-                   "beside-node-exporter": (["gpu", "kubernetes", "training"], False),
-                   "beside-node-exporter-and-dcgm-only": (["training"], False)}
+def test_every_overlay_beside_kube_prometheus_stack_gets_its_release_label_from_one_component() -> None:
+    """The label is written once (components/kube-prometheus-stack): a release of another name is one edit."""
+    component = KUBERNETES / "components" / "kube-prometheus-stack"
+    assert yaml.safe_load((component / "kustomization.yaml").read_text())["kind"] == "Component"
+    for overlay in BESIDE_OVERLAYS:
+        kustomization = yaml.safe_load((KUBERNETES / "overlays" / overlay / "kustomization.yaml").read_text())
+        assert [(KUBERNETES / "overlays" / overlay / c).resolve() for c in kustomization["components"]] == [component]
 
 
-@pytest.mark.parametrize(("overlay", "collectors", "only_unique"),
+# overlay -> (the preset it runs, the collectors that preset runs, whether its gpu collector exports only what
+# dcgm-exporter lacks). kube-prometheus-stack always runs node-exporter: its overlay runs beside it by default.
+BESIDE_OVERLAYS = {"kube-prometheus-stack": ("beside-node-exporter", ["gpu", "kubernetes", "training"], False),
+                   "beside-node-exporter-and-dcgm": ("beside-node-exporter-and-dcgm",
+                                                     ["gpu", "kubernetes", "training"], True),
+                   "beside-node-exporter-and-dcgm-only": ("beside-node-exporter-and-dcgm-only", ["training"], False)}
+
+
+@pytest.mark.parametrize(("overlay", "preset", "collectors", "only_unique"),
                          [(overlay, *expected) for overlay, expected in BESIDE_OVERLAYS.items()])
-def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, collectors: list[str],
+def test_beside_overlay_runs_the_preset_with_the_config_file(overlay: str, preset: str, collectors: list[str],
                                                               only_unique: bool, tmp_path: Path) -> None:
-    """The overlay is kube-prometheus-stack's plus the preset, and the real parts built from its args and its
-    ConfigMap leave the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of
-    them) to it (the config file must not turn a collector back on)."""
+    """The overlay is gpu-nodes' plus the preset, and the real parts built from its args and its ConfigMap leave
+    the host to node_exporter, and beside dcgm-exporter the duplicated GPU series (or all of them) to it (the
+    config file must not turn a collector back on)."""
     from bottleneck_exporter import parts
     from bottleneck_exporter.config import load_yaml
     from bottleneck_exporter.training.registry import TrainingRegistry
 
     objects = render(f"overlays/{overlay}")
     (container,) = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
-    base = by_kind(render("overlays/kube-prometheus-stack"), "DaemonSet")["spec"]["template"]["spec"]
-    assert f"--collector.preset={overlay}" not in base["containers"][0]["args"]
-    assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={overlay}"]
+    base = by_kind(render("overlays/gpu-nodes"), "DaemonSet")["spec"]["template"]["spec"]
+    assert not [arg for arg in base["containers"][0]["args"] if arg.startswith("--collector.preset")]
+    assert container["args"] == [*base["containers"][0]["args"], f"--collector.preset={preset}"]
     args = [arg.replace("$(HOST_IP)", "127.0.0.1") for arg in container["args"]]
     args = [arg for arg in args if not arg.startswith(("--config.file", "--push."))]
     (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "config.yml" in o.get("data", {})]
@@ -477,3 +497,28 @@ def test_gpu_operator_values_give_dcgm_exporter_a_servicemonitor_the_stack_accep
     misspelled = copy.deepcopy(monitor)
     misspelled["relabelings"][0]["source_labels"] = misspelled["relabelings"][0].pop("sourceLabels")
     assert any("source_labels" in error for error in crd_errors(gpu_operator_service_monitor(misspelled)))
+
+
+# ---------------------------------------------------------------------------------------- Alertmanager routing
+
+
+def test_alertmanager_routing_for_kube_prometheus_stack_is_generated_from_the_shipped_config() -> None:
+    """alerts/alertmanager.yml and its templates are the source; the AlertmanagerConfig and both values files
+    follow them (tests/test_alertmanager.py runs all of them in a real Alertmanager)."""
+    generator = import_generator("generate_alertmanager")
+    committed = generator.committed_files()
+    assert set(committed) == set((KUBERNETES / "alertmanager").iterdir())
+    for target, render_text in committed.items():
+        assert render_text() == target.read_text(), f"{target} is stale: run {generator.REGENERATE}"
+    result = subprocess.run([sys.executable, str(KUBERNETES / "generate_alertmanager.py"), "--check"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_alertmanagerconfig_matches_the_prometheus_operator_schema() -> None:
+    resource = yaml.safe_load((KUBERNETES / "alertmanager" / "alertmanagerconfig.yaml").read_text())
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    assert crd_errors(resource) == []
+    misspelled = copy.deepcopy(resource)
+    misspelled["spec"]["route"]["group_by"] = misspelled["spec"]["route"].pop("groupBy")
+    assert any("group_by" in error for error in crd_errors(misspelled)), "Alertmanager's own spelling is refused"

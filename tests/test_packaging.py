@@ -122,6 +122,19 @@ def test_the_wheel_installs_bottleneck_exporter_with_every_module_and_one_versio
     assert f"bottleneck-exporter = {PACKAGE}.cli:main" in scripts
 
 
+def test_the_wheel_and_so_the_image_carry_the_license(wheel: Path) -> None:
+    """Regression: the image's build context left LICENSE out, so the wheel it installs (and the image) shipped
+    Apache-2.0 code without its licence. PEP 639: the text under .dist-info/licenses/, named in the metadata."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_string(archive.read(metadata).decode())
+        (license_text,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(license_text) == (ROOT / "LICENSE").read_bytes()
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta.get_all("License-File") == ["LICENSE"]
+
+
 def test_the_wheel_carries_every_committed_file_of_the_bundle_and_no_test(wheel: Path) -> None:
     committed = {f"{SHIPPED}/{p.relative_to(ROOT).as_posix()}": p for folder in BUNDLE_FOLDERS
                  for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in BUNDLE_SUFFIXES}
@@ -186,9 +199,38 @@ def test_the_installed_wheel_writes_the_bundle_from_its_own_copies(wheel: Path, 
 
 
 def test_the_image_tag_the_manifests_deploy_is_the_package_s_version() -> None:
-    """The version is written once (exporter/__init__.py); the image the kustomize base deploys follows it."""
+    """The version is written once (exporter/__init__.py); the image the kustomize base deploys follows it, and
+    is the one `make image-push` (what a release runs) publishes: same name, same tag."""
     import yaml
 
     base = yaml.safe_load((ROOT / "deploy/kubernetes/base/kustomization.yaml").read_text())
     (image,) = [i for i in base["images"] if i["name"] == "bottleneck-exporter"]
     assert str(image["newTag"]) == bottleneck_exporter.__version__
+    make = subprocess.run(["make", "-s", "-n", "image-push"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert make.returncode == 0, make.stderr
+    assert f"docker push {image['newName']}:{image['newTag']}" in make.stdout.splitlines()
+
+
+def test_the_image_s_licence_check_passes_on_the_wheel(wheel: Path, tmp_path: Path) -> None:
+    """The final stage's `python -c` check that the licence is installed runs here on the wheel installed as pip
+    would (a check that could not pass would fail the image build only where Docker runs; and one that passes
+    without the file would prove nothing, hence the second run without it)."""
+    install = [line for line in re.sub(r"\\\n", " ", DOCKERFILE.read_text()).splitlines()
+               if line.startswith("RUN pip install")]
+    (check,) = [shlex.split(step.strip())[2] for line in install for step in line.split("&&")
+                if step.strip().startswith("python -c") and "LICENSE" in step]
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+
+    def run() -> int:
+        return subprocess.run([sys.executable, "-c", check], capture_output=True, timeout=60, cwd=tmp_path,
+                              env=env).returncode
+
+    assert run() == 0
+    (licence,) = site.glob("*.dist-info/licenses/LICENSE")
+    licence.unlink()
+    record = next(site.glob("*.dist-info/RECORD"))
+    record.write_text("".join(line for line in record.read_text().splitlines(keepends=True) if "LICENSE" not in line))
+    assert run() == 1

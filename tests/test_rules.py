@@ -155,7 +155,7 @@ def test_a_bad_parameter_override_names_the_key() -> None:
 def test_overrides_reach_the_rules_and_the_record_names() -> None:
     custom = cat.resolve({"rate_window": "2m", "data_wait_ratio": 0.3}, for_override="30s")
     rule = custom.alert("InputBound")
-    assert rule.expr.startswith("job_rank:bottleneck_train_data_wait:ratio_rate2m > 0.3")
+    assert rule.expr.splitlines()[1].strip() == "job_rank:bottleneck_train_data_wait:ratio_rate2m > 0.3"
     assert rule.for_ == "30s"
     assert "[2m]" in rule.inline_expr and "[5m]" not in rule.inline_expr
     assert "threshold 30%" in rule.description
@@ -168,6 +168,7 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
     datagram = {
         "v": 1, "job": "resnet50", "rank": 0, "local_rank": 0, "world_size": 1, "device": "cuda:0", "pid": 4242,
         "seq": 1, "time": 1718000000.25, "dropped": 0, "steps": 120, "samples": 3840,
+        "kubernetes": {"namespace": "ml", "pod": "resnet50-worker-0", "container": "trainer"},
         "phase_seconds": {"data_wait": 10.2, "forward": 0.9, "backward": 1.7, "optimizer": 0.3, "step": 13.4},
         "step_buckets": [0, 0, 0, 0, 0, 0, 3, 100, 17, 0, 0, 0, 0, 0, 0, 0],
         "loader": {"num_workers": 0, "pin_memory": False, "batch_size": 32, "prefetch_factor": None,

@@ -6,10 +6,10 @@
 The PrometheusRule carries the recording rules (prometheus/recording-rules.yml) and the alert rules
 (alerts/alert-rules.yml) unchanged, group by group, so the Prometheus Operator loads exactly what promtool
 tests. Each overlay in OVERLAY_BUNDLES patches its groups with a rule bundle (prometheus/bundles/<bundle>/):
-beside-node-exporter-and-dcgm with node-exporter-dcgm (host series from node_exporter, GPU series from
-dcgm-exporter and what only ours has), beside-node-exporter with node-exporter (host series from node_exporter,
-GPU series ours), beside-node-exporter-and-dcgm-only with node-exporter-dcgm-only (GPU series from dcgm-exporter
-alone).
+kube-prometheus-stack with node-exporter (the chart always runs node-exporter: host series from node_exporter,
+GPU series ours), beside-node-exporter-and-dcgm with node-exporter-dcgm (host series from node_exporter, GPU series
+from dcgm-exporter and what only ours has), beside-node-exporter-and-dcgm-only with node-exporter-dcgm-only (GPU
+series from dcgm-exporter alone).
 tests/test_kubernetes.py and tests/test_bundles.py fail when a committed file drifts from these sources.
 """
 
@@ -31,8 +31,8 @@ BUNDLES = ROOT / "prometheus" / "bundles"
 OVERLAYS = ROOT / "deploy" / "kubernetes" / "overlays"
 # overlay -> the rule bundle its PrometheusRule carries; the overlay runs the exporter with the bundle's preset.
 OVERLAY_BUNDLES = {
+    "kube-prometheus-stack": "node-exporter",
     "beside-node-exporter-and-dcgm": "node-exporter-dcgm",
-    "beside-node-exporter": "node-exporter",
     "beside-node-exporter-and-dcgm-only": "node-exporter-dcgm-only",
 }
 REGENERATE = "python deploy/kubernetes/generate_prometheusrule.py"

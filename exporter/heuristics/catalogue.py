@@ -345,16 +345,17 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
     reads: dict[str, tuple[str, ...]] = {}
     provides = BUNDLES[bundle].provides
     for heuristic in HEURISTICS:
-        lacking = {m for m in series_read(heuristic.expr, params) if not provides(m)}
-        for key in records_used(heuristic.expr):
+        expr = heuristic.alert_expr
+        lacking = {m for m in series_read(expr, params) if not provides(m)}
+        for key in records_used(expr):
             lacking |= missing.get(key, set())
         if lacking:
             left_out[heuristic.name] = tuple(sorted(lacking))
             continue
-        through = (series_read(chosen[key], params) for key in _closure(heuristic.expr, chosen))
-        reads[heuristic.name] = tuple(sorted(series_read(heuristic.expr, params).union(*through)))
+        through = (series_read(chosen[key], params) for key in _closure(expr, chosen))
+        reads[heuristic.name] = tuple(sorted(series_read(expr, params).union(*through)))
         for tier in heuristic.tiers:
-            filled = _fill(heuristic.expr, params, tier.overrides)
+            filled = _fill(expr, params, tier.overrides)
             thresholds = {tier.overrides.get(n, n): params[tier.overrides.get(n, n)]
                           for n in PARAM.findall(heuristic.expr)}
             alerts.append(AlertRule(

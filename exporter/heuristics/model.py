@@ -31,6 +31,11 @@ RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>")
 
 # The labels that name a verdict's subject (Heuristic.scope), for the kinds most verdicts are about.
 RANK = ("instance", "training_job", "rank")
+# A verdict about a rank also carries the namespace and pod the rank runs in (the record ``workload``, which has
+# a series for every rank: the target's namespace and no pod where the rank reports no pod), so that
+# namespace-scoped routing, silences and kube-prometheus-stack's InfoInhibitor (equal: [namespace]) act on the
+# training workload rather than on the exporter's namespace (docs/deploy.md, "Alertmanager in kube-prometheus-stack").
+WORKLOAD_JOIN = "+ on (instance, training_job, rank) group_left (namespace, pod) (0 * <<workload>>)"
 NODE = ("instance",)
 GPU = ("instance", "gpu", "uuid")
 
@@ -117,6 +122,14 @@ class Heuristic:
     @property
     def alert(self) -> str:
         return PREFIX + self.name
+
+    @property
+    def alert_expr(self) -> str:
+        """``expr`` as its alert evaluates it: about a rank, with the rank's workload labels (WORKLOAD_JOIN)."""
+        if self.scope != RANK:
+            return self.expr
+        body = "\n".join("  " + line for line in self.expr.splitlines())
+        return f"(\n{body}\n)\n{WORKLOAD_JOIN}"
 
     @property
     def anchor(self) -> str:

@@ -17,6 +17,14 @@ from bottleneck_exporter.heuristics.model import RANK, Area, Heuristic, Record, 
 from bottleneck_exporter.heuristics.parameters import W
 
 RECORDS: tuple[Record, ...] = (
+    # The namespace and pod of each rank, which every verdict about a rank carries (model.WORKLOAD_JOIN): the
+    # pod the hook reports from inside it where there is one, else the rank's own target labels (beside
+    # kube-prometheus-stack the exporter's namespace, elsewhere none) from the one series every rank that
+    # steps has, so that the join drops no rank.
+    Record("workload", "job_rank:bottleneck_train_workload:info",
+           "max by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
+           "or on (instance, training_job, rank)\n"
+           "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',

@@ -135,13 +135,16 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
 def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
-         collective: float | None = None) -> list[Series]:
+         collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
-    as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume)."""
-    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
+    as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume).
+    ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's namespace); ``pod``: (namespace, pod)
+    as the hook reports it from inside a pod (bottleneck_train_kubernetes_info)."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_,
+              **({"namespace": namespace} if namespace else {})}
 
     def stalled(m: int) -> bool:
         return stall is not None and stall[0] <= m < stall[1]
@@ -186,6 +189,10 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
         series("bottleneck_train_info", {**labels, "local_rank": rank_, "world_size": "1", "device": device},
                [None if tl.before(m) else 1.0 for m in range(tl.length + 1)]),
     ]
+    if pod is not None:  # the hook's labels win over the target's (the ServiceMonitor's honorLabels)
+        out.append(series("bottleneck_train_kubernetes_info",
+                          {**labels, "namespace": pod[0], "pod": pod[1], "container": "trainer"},
+                          [None if tl.before(m) else 1.0 for m in range(tl.length + 1)]))
     return out
 
 

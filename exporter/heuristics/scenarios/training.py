@@ -49,6 +49,16 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("InputBound", FIRES, "num_workers_0_rank_waits_80pct_of_each_step",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t) + process(t, main=1.0, workers=0),
         e(RANK0, 0.8)),
+    # Regression: every verdict carried the exporter's namespace (its scrape target's), so namespace-scoped
+    # routing, silences and kube-prometheus-stack's InfoInhibitor acted on `monitoring`, not on the job.
+    row("InputBound", FIRES, "rank_in_a_pod_alert_carries_the_workloads_namespace_and_pod",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, namespace="monitoring",
+                       pod=("ml", "resnet50-worker-0")) + node(t) + process(t, main=1.0, workers=0),
+        e({**RANK0, "namespace": "ml", "pod": "resnet50-worker-0"}, 0.8)),
+    row("InputBound", FIRES, "rank_reporting_no_pod_keeps_its_targets_namespace_and_still_fires",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, namespace="monitoring") + node(t)
+        + process(t, main=1.0, workers=0),
+        e({**RANK0, "namespace": "monitoring"}, 0.8)),
     row("InputBound", NEAR_MISS, "data_wait_45pct_just_below_threshold",
         lambda t: rank(t, data_wait=0.225, forward=0.1) + node(t) + process(t)),
     row("InputBound", NEAR_MISS, "storage_saturated_is_io_bound_not_input_bound",
