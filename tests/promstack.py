@@ -217,6 +217,8 @@ def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str
 # verdict fire, long enough for a few scrapes.
 RATE_WINDOW = "20s"
 FOR = "10s"
+# The rule groups' interval in those tests: the bundle's 1m would leave a test waiting a minute per evaluation.
+RULE_INTERVAL = "1s"
 
 
 def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:

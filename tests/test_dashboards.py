@@ -25,7 +25,7 @@ from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
 from tests.conftest import DCGM_FIXTURE, FIXTURES, ROOT, ExporterProcess, require_tool, wait_until
 from tests.promql_lint import lint
-from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target
+from tests.promstack import RULE_INTERVAL, Process, Prometheus, Target, start_node_exporter, static_target
 
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
@@ -344,8 +344,10 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                 peers["node-exporter"] = [Target(f"127.0.0.1:{node_exporter.port}", LIVE_NODE)]
             if any(source.startswith("dcgm-exporter") for source in sources):
                 peers["dcgm-exporter"] = [Target(dcgm, LIVE_NODE)]
+            rules = workdir / "rules"
+            assert generate.main(["--out", str(rules), "--set", f"rule_interval={RULE_INTERVAL}"]) == 0
             prometheus = Prometheus(workdir, [Target(f"127.0.0.1:{exporter.port}", LIVE_NODE)],
-                                    [ROOT / path for path in generate.bundle_files(bundle)], peers=peers)
+                                    [rules / path for path in generate.bundle_files(bundle)], peers=peers)
             exporter.wait_ready()
             env = {**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": LIVE_JOB,
                    "BOTTLENECK_PUSH_INTERVAL": "0.5"}
