@@ -32,6 +32,7 @@ EXPORTER_JOB = "bottleneck-exporter"  # the catalogue's exporter_job parameter
 class Target:
     address: str  # host:port of an exporter
     node: str  # the instance label it gets
+    labels: tuple[tuple[str, str], ...] = ()  # more target labels: the cluster a fleet's agent adds
 
 
 
@@ -95,11 +96,13 @@ class Prometheus(Process):
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{
                 "job_name": EXPORTER_JOB,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in targets],
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
+                                   for t in targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
             }] + [{
                 "job_name": job,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in peer_targets],
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
+                                   for t in peer_targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
             } for job, peer_targets in (peers or {}).items()] + list(scrape_configs or []),
         }
