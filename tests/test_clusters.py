@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,8 @@ from bottleneck_exporter.heuristics.scenarios.replay import Check, Instance, Out
 from bottleneck_exporter.heuristics.scenarios.series import Series, Timeline, store_of
 from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, Scenario, for_minutes
 from bottleneck_exporter.heuristics.scenarios.translate import translate
-from tests.conftest import ROOT, require_tool
+from tests.conftest import ROOT, require_tool, wait_until
+from tests.promstack import FOR, RATE_WINDOW, RULE_INTERVAL, Prometheus, Target
 
 EAST, WEST = "east", "west"
 
@@ -159,3 +162,43 @@ def test_promtool_sees_the_two_clusters_as_the_evaluator_does(tmp_path: Path) ->
     result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+
+@pytest.mark.tools
+@pytest.mark.torch
+@pytest.mark.live
+def test_two_clusters_in_one_prometheus_keep_their_training_jobs_apart(
+        tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
+    """A global Prometheus scraping two clusters' exporters, each a node "gpu-node-1" with a training job "llama":
+    the input-bound one in east fires BottleneckInputBound, the healthy one in west does not, and each job's
+    rank is compared with its own cluster's median (merged, the slow rank would sit far above a shared one)."""
+    rules = tmp_path / "rules"
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set",
+                          f"rule_interval={RULE_INTERVAL}", "--for", FOR]) == 0
+    sockets = {cluster: tmp_path / f"{cluster}.sock" for cluster in (EAST, WEST)}
+    exporters = {cluster: start_exporter([f"--push.socket={socket}"]) for cluster, socket in sockets.items()}
+    prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporters[c].port}", "gpu-node-1", (("cluster", c),))
+                                       for c in (EAST, WEST)],
+                            [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]).start()
+    try:
+        trainers("llama", "slow", sockets[EAST])
+        trainers("llama", "fast", sockets[WEST])
+
+        def input_bound() -> list[dict[str, Any]]:
+            return [a for a in prometheus.alerts()
+                    if a["labels"]["alertname"] == "BottleneckInputBound" and a["state"] == "firing"]
+
+        firing = wait_until(input_bound, 180, "BottleneckInputBound to fire for the num_workers=0 run in east")
+        assert [(a["labels"]["cluster"], a["labels"]["instance"], a["labels"]["training_job"]) for a in firing] == \
+            [(EAST, "gpu-node-1", "llama")]
+        share = f"job_rank:bottleneck_train_data_wait:ratio_rate{RATE_WINDOW}"
+        shares = wait_until(lambda: {s["metric"]["cluster"]: float(s["value"][1]) for s in prometheus.query(share)}
+                            if len(prometheus.query(share)) == 2 else None, 60, "both clusters' data-wait share")
+        assert shares[EAST] > 0.5 > shares[WEST], shares
+        median = f"job_rank:bottleneck_train_step_seconds:ratio_to_job_median{RATE_WINDOW}"
+        ratios = wait_until(lambda: (found if len(found := prometheus.query(median)) == 2 else None), 60,
+                            "both clusters' step time relative to their job's median")
+        assert {r["metric"]["cluster"]: round(float(r["value"][1]), 6) for r in ratios} == {EAST: 1.0, WEST: 1.0}
+        assert {a["labels"]["cluster"] for a in input_bound()} == {EAST}, "west stays healthy all along"
+    finally:
+        prometheus.stop()
