@@ -72,10 +72,12 @@ class Process:
                 self.proc.wait()
 
 
-def start_node_exporter(workdir: Path) -> Process:
-    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port."""
+def start_node_exporter(workdir: Path, *flags: str) -> Process:
+    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port; ``flags``:
+    more of its flags (``--path.procfs`` of a fixture tree)."""
     exporter = Process("node_exporter", workdir)
-    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}",
+                    *flags])
     exporter.wait_ready("/metrics")
     return exporter
 
