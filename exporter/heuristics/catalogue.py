@@ -11,9 +11,11 @@ panels and ``bottleneck-exporter diagnose``.
 be overridden) for one bundle of sources and returns concrete rules::
 
     alert: BottleneckInputBound
-    expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (instance) (...)
+    expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (cluster, instance) (...)
     labels: {severity: warning}
 
+Every rule keeps the cluster label (parameter ``cluster_label``) in each ``by`` and ``on`` (:func:`clustered`), and
+says where it can run (:func:`reach`: node-local, or cross-node when it combines several nodes' series).
 :func:`signal` spells a signal out for a dashboard; :func:`validate` checks that the catalogue holds together.
 """
 
@@ -358,9 +360,9 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
     chosen, missing, reduced = choose_signals(bundle, params)
     records = []
     for key, expr in chosen.items():
-        inline = _with_records(_fill(expr, params), names, True, params, chosen)
-        records.append(RecordingRule(names[key], clustered(_with_records(_fill(expr, params), names, False, params,
-                                                                         chosen), params),
+        filled = _fill(expr, params)
+        inline = _with_records(filled, names, True, params, chosen)
+        records.append(RecordingRule(names[key], clustered(_with_records(filled, names, False, params, chosen), params),
                                      RECORDS[key].group, key, reach(inline), clustered(inline, params)))
     base = str(params["runbook_base_url"])
     alerts: list[AlertRule] = []

@@ -12,7 +12,8 @@ Expressions and texts are templates: ``${name}`` is a parameter (``${name:pct}``
 Label conventions the expressions rely on: per-rank series carry ``training_job`` (the training job's name,
 ``bottleneck_exporter.wire.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
 and ``rank``; every series carries ``instance``; ``job`` is Prometheus' scrape job, read only by the
-exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only.
+exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only. No
+expression spells the cluster label: the generator adds it to every ``by`` and ``on`` (``catalogue.clustered``).
 """
 
 from __future__ import annotations
