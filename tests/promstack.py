@@ -32,6 +32,7 @@ EXPORTER_JOB = "bottleneck-exporter"  # the catalogue's exporter_job parameter
 class Target:
     address: str  # host:port of an exporter
     node: str  # the instance label it gets
+    labels: tuple[tuple[str, str], ...] = ()  # more target labels: the cluster a fleet's agent adds
 
 
 
@@ -71,10 +72,12 @@ class Process:
                 self.proc.wait()
 
 
-def start_node_exporter(workdir: Path) -> Process:
-    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port."""
+def start_node_exporter(workdir: Path, *flags: str) -> Process:
+    """Debian's real prometheus-node-exporter with its default collectors, on a free loopback port; ``flags``:
+    more of its flags (``--path.procfs`` of a fixture tree)."""
     exporter = Process("node_exporter", workdir)
-    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}"])
+    exporter.spawn([require_tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{exporter.port}",
+                    *flags])
     exporter.wait_ready("/metrics")
     return exporter
 
@@ -95,11 +98,13 @@ class Prometheus(Process):
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{
                 "job_name": EXPORTER_JOB,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in targets],
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
+                                   for t in targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
             }] + [{
                 "job_name": job,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node}} for t in peer_targets],
+                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
+                                   for t in peer_targets],
                 "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
             } for job, peer_targets in (peers or {}).items()] + list(scrape_configs or []),
         }
@@ -217,6 +222,8 @@ def operator_relabel_configs(relabelings: list[dict[str, Any]]) -> list[dict[str
 # verdict fire, long enough for a few scrapes.
 RATE_WINDOW = "20s"
 FOR = "10s"
+# The rule groups' interval in those tests: the bundle's 1m would leave a test waiting a minute per evaluation.
+RULE_INTERVAL = "1s"
 
 
 def alerts_of(prometheus: Prometheus, job: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from bottleneck_exporter.heuristics.catalogue import resolve
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE
 from tests.conftest import DCGM_FIXTURE, FIXTURES, ROOT, ExporterProcess, require_tool, wait_until
 from tests.promql_lint import lint
-from tests.promstack import Process, Prometheus, Target, start_node_exporter, static_target
+from tests.promstack import RULE_INTERVAL, Process, Prometheus, Target, start_node_exporter, static_target
 
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
@@ -285,6 +285,8 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
 GPU_PROFILE = FIXTURES / "gpu-profiles" / "hopper-4x-h100.yaml"
 LIVE_JOB = "dashboards-live"
 LIVE_NODE = "gpu-node-1"
+# The cluster label every target gets (an agent's external label in a fleet): $cluster has a value to pick.
+LIVE_CLUSTER = (("cluster", "live"),)
 # How each bundle's deployment runs our exporter (docs/coexistence.md), and which peers Prometheus scrapes.
 LIVE_EXPORTER_ARGS = {
     DEFAULT_BUNDLE: [f"--collector.gpu.profile={GPU_PROFILE}"],
@@ -321,7 +323,7 @@ CORE_PANELS = {
 
 def live_substitute(expr: str) -> str:
     values = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m", "instance": LIVE_NODE,
-              "training_job": LIVE_JOB, "rank": ".*", "gpu": ".*"}
+              "training_job": LIVE_JOB, "rank": ".*", "gpu": ".*", "cluster": dict(LIVE_CLUSTER)["cluster"]}
     return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values[m.group(1)], expr)
 
 
@@ -341,11 +343,13 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             peers = {}
             if "node_exporter" in sources:
                 node_exporter = start_node_exporter(workdir)
-                peers["node-exporter"] = [Target(f"127.0.0.1:{node_exporter.port}", LIVE_NODE)]
+                peers["node-exporter"] = [Target(f"127.0.0.1:{node_exporter.port}", LIVE_NODE, LIVE_CLUSTER)]
             if any(source.startswith("dcgm-exporter") for source in sources):
-                peers["dcgm-exporter"] = [Target(dcgm, LIVE_NODE)]
-            prometheus = Prometheus(workdir, [Target(f"127.0.0.1:{exporter.port}", LIVE_NODE)],
-                                    [ROOT / path for path in generate.bundle_files(bundle)], peers=peers)
+                peers["dcgm-exporter"] = [Target(dcgm, LIVE_NODE, LIVE_CLUSTER)]
+            rules = workdir / "rules"
+            assert generate.main(["--out", str(rules), "--set", f"rule_interval={RULE_INTERVAL}"]) == 0
+            prometheus = Prometheus(workdir, [Target(f"127.0.0.1:{exporter.port}", LIVE_NODE, LIVE_CLUSTER)],
+                                    [rules / path for path in generate.bundle_files(bundle)], peers=peers)
             exporter.wait_ready()
             env = {**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": LIVE_JOB,
                    "BOTTLENECK_PUSH_INTERVAL": "0.5"}

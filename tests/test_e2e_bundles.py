@@ -26,6 +26,7 @@ from tests.promstack import (
     FOR,
     OPERATOR_TARGET_LABELS,
     RATE_WINDOW,
+    RULE_INTERVAL,
     Process,
     Prometheus,
     Target,
@@ -43,7 +44,8 @@ NODE = "e2e-node"
 def bundle_rules(tmp_path: Path, bundle: str) -> list[Path]:
     """``bundle``'s rules with the test's rate window and for:, written under ``tmp_path``."""
     rules = tmp_path / "rules"
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set",
+                          f"rule_interval={RULE_INTERVAL}", "--for", FOR]) == 0
     return [rules / f for f in generate.bundle_files(bundle)]
 
 

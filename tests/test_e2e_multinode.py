@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, ExporterProcess, free_port, wait_until
-from tests.promstack import Alertmanager, Prometheus, Target
+from tests.promstack import RULE_INTERVAL, Alertmanager, Prometheus, Target
 from tests.sinks import SlackSink, SmtpSink
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
@@ -50,7 +50,8 @@ class Stack:
 def generate_rules(out: Path) -> list[Path]:
     """The committed catalogue's rules, with the test's short ``for:`` and window (the generator's options)."""
     result = subprocess.run([sys.executable, "-m", "bottleneck_exporter.heuristics.generate", "--out", str(out),
-                             "--for", SHORT_FOR, "--set", f"rate_window={RATE_WINDOW}", "--no-tests"],
+                             "--for", SHORT_FOR, "--set", f"rate_window={RATE_WINDOW}", "--set",
+                             f"rule_interval={RULE_INTERVAL}", "--no-tests"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     return [out / "prometheus" / "recording-rules.yml", out / "alerts" / "alert-rules.yml"]

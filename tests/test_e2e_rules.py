@@ -27,7 +27,7 @@ from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.catalogue import resolve
 from tests.conftest import ROOT, wait_until
-from tests.promstack import EXPORTER_JOB, FOR, RATE_WINDOW, Prometheus, Target, alerts_of
+from tests.promstack import EXPORTER_JOB, FOR, RATE_WINDOW, RULE_INTERVAL, Prometheus, Target, alerts_of
 
 pytestmark = [pytest.mark.tools, pytest.mark.torch, pytest.mark.live]
 
@@ -44,7 +44,8 @@ def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_q
     """Also the regression test for the training job's name riding in ``job``: with honor_labels: false it
     became exported_job and every training rule went silent without an error."""
     rules = tmp_path / "rules"
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set",
+                          f"rule_interval={RULE_INTERVAL}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={socket_path}"])
     prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", "e2e-node")],
@@ -99,7 +100,8 @@ def test_cpu_only_job_using_every_core_for_its_own_compute_is_not_cpu_saturated(
     other tenants make tasks queue (PSI cpu some above cpu_pressure_ratio all along, as on a shared test
     machine), the verdict is due, and the test checks that it comes."""
     rules = tmp_path / "rules"
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set",
+                          f"rule_interval={RULE_INTERVAL}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={socket_path}", "--no-collector.gpu"])
     prometheus = Prometheus(tmp_path, [Target(f"127.0.0.1:{exporter.port}", "e2e-node")],
@@ -141,7 +143,8 @@ def test_dataloader_workers_sharing_saturated_cores_while_the_gpu_idles_are_inpu
     other tenants take most of the CPU (a shared test machine), the loaders are starved rather than
     saturating, and the verdict due is CpuSaturated (an underfed GPU): the test checks whichever holds."""
     rules = tmp_path / "rules"
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set",
+                          f"rule_interval={RULE_INTERVAL}", "--for", FOR]) == 0
     socket_path = tmp_path / "push.sock"
     idle_gpu = ROOT / "tests" / "fixtures" / "gpu-profiles" / "consumer-rtx-2080-super.yaml"
     exporter = start_exporter([f"--push.socket={socket_path}", f"--collector.gpu.profile={idle_gpu}"])

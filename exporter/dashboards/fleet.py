@@ -22,11 +22,17 @@ from bottleneck_exporter.dashboards.panels import (
 )
 from bottleneck_exporter.dashboards.signals import Signals, drawn
 from bottleneck_exporter.dashboards.thresholds import threshold
-from bottleneck_exporter.dashboards.variables import gpu_variable, job_variable, node_variable
+from bottleneck_exporter.dashboards.variables import (
+    CLUSTER,
+    cluster_variable,
+    gpu_variable,
+    job_variable,
+    node_variable,
+)
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-fleet"
-N = 'instance=~"$instance"'
+N = f'{CLUSTER}, instance=~"$instance"'
 GPUS = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
 
@@ -193,6 +199,7 @@ def job_panels(s: Signals) -> list[Panel]:
 def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
     s = Signals(bundle)
     variables = [
+        cluster_variable(),
         node_variable(bundle),
         job_variable(),
         gpu_variable(bundle),

@@ -23,11 +23,11 @@ from bottleneck_exporter.dashboards.panels import (
 )
 from bottleneck_exporter.dashboards.signals import Signals, drawn
 from bottleneck_exporter.dashboards.thresholds import threshold
-from bottleneck_exporter.dashboards.variables import gpu_variable, node_variable
+from bottleneck_exporter.dashboards.variables import CLUSTER, cluster_variable, gpu_variable, node_variable
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-node"
-N = 'instance=~"$instance"'
+N = f'{CLUSTER}, instance=~"$instance"'
 G = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
 
@@ -537,6 +537,7 @@ def network_panels(s: Signals) -> list[Panel]:
 def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
     s = Signals(bundle)
     variables = [
+        cluster_variable(),
         node_variable(bundle, single=True, description="The node (scrape target) to show."),
         gpu_variable(bundle),
     ]

@@ -22,12 +22,12 @@ from bottleneck_exporter.dashboards.panels import (
 )
 from bottleneck_exporter.dashboards.signals import Signals, drawn
 from bottleneck_exporter.dashboards.thresholds import threshold
-from bottleneck_exporter.dashboards.variables import gpu_variable, job_variable
+from bottleneck_exporter.dashboards.variables import CLUSTER, cluster_variable, gpu_variable, job_variable
 from bottleneck_exporter.heuristics.catalogue import signal
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
 UID = "bottleneck-training"
-J = 'training_job=~"$training_job", rank=~"$rank"'
+J = f'{CLUSTER}, training_job=~"$training_job", rank=~"$rank"'
 RI = "$__rate_interval"
 
 
@@ -242,7 +242,7 @@ def gpu_panels(s: Signals) -> list[Panel]:
             "Node GPU utilization",
             "nvidia-smi GPU-Util of the GPUs on the job's nodes, for comparison with the job's own GPU busy share.",
             "percentunit",
-            [s.query("gpu_util", 'instance=~"$instance", gpu=~"$gpu"', "{{instance}} GPU {{gpu}}")],
+            [s.query("gpu_util", f'{CLUSTER}, instance=~"$instance", gpu=~"$gpu"', "{{instance}} GPU {{gpu}}")],
             width=12,
             min_value=0,
             max_value=1,
@@ -285,17 +285,18 @@ def loader_panels() -> list[Panel]:
 def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
     s = Signals(bundle)
     variables = [
+        cluster_variable(),
         job_variable(single=True, description="Training job name sent by the hook."),
         query_variable(
             "rank",
             "Rank",
-            'label_values(bottleneck_train_info{training_job=~"$training_job"}, rank)',
+            f'label_values(bottleneck_train_info{{{CLUSTER}, training_job=~"$training_job"}}, rank)',
             description="Global ranks of the job.",
         ),
         query_variable(
             "instance",
             "Node",
-            'label_values(bottleneck_train_info{training_job=~"$training_job"}, instance)',
+            f'label_values(bottleneck_train_info{{{CLUSTER}, training_job=~"$training_job"}}, instance)',
             description="Nodes the job's ranks run on.",
         ),
         gpu_variable(bundle, "GPUs on the job's nodes."),

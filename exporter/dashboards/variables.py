@@ -1,4 +1,5 @@
-"""The template variables several dashboards offer: ``$instance`` (node), ``$training_job`` (training job), ``$gpu``.
+"""The template variables several dashboards offer: ``$cluster``, ``$instance`` (node), ``$training_job`` (training
+job), ``$gpu``; ``CLUSTER`` narrows a selector to the picked clusters.
 
 The dashboards' links carry their variables from one dashboard to the next (``includeVars``), so a node, a
 job or a GPU must be found by the same query wherever it is offered; only the wording and whether one or
@@ -10,8 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from bottleneck_exporter.dashboards.panels import query_variable
+from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, OURS
 from bottleneck_exporter.wire.schema import JOB_LABEL
+
+# The label the rules keep apart (the catalogue's cluster_label). Where no series has it (one Prometheus, one
+# cluster) the variable has no value, "All" stands for ".*", and that matches the absent label too.
+CLUSTER_LABEL = str(PARAMETERS["cluster_label"].default)
+CLUSTER = f'{CLUSTER_LABEL}=~"${CLUSTER_LABEL}"'
 
 
 def _series(bundle: str, *candidates: str) -> str:
@@ -20,6 +27,16 @@ def _series(bundle: str, *candidates: str) -> str:
     if found is None:
         raise ValueError(f"bundle {bundle} holds none of {', '.join(candidates)}")
     return found
+
+
+def cluster_variable() -> dict[str, Any]:
+    """Every cluster any target is scraped in (``up`` exists wherever a target is, remote-written or not)."""
+    return query_variable(
+        CLUSTER_LABEL,
+        "Cluster",
+        f"label_values(up, {CLUSTER_LABEL})",
+        description="Clusters (the label each cluster's Prometheus or agent adds); empty with a single cluster.",
+    )
 
 
 def node_variable(bundle: str = DEFAULT_BUNDLE, *, single: bool = False,
@@ -31,7 +48,7 @@ def node_variable(bundle: str = DEFAULT_BUNDLE, *, single: bool = False,
     return query_variable(
         "instance",
         "Node",
-        f"label_values({series}, instance)",
+        f"label_values({series}{{{CLUSTER}}}, instance)",
         multi=not single,
         include_all=not single,
         description=description,
@@ -47,7 +64,7 @@ def job_variable(
     return query_variable(
         JOB_LABEL,
         "Training job",
-        f"label_values(bottleneck_train_info, {JOB_LABEL})",
+        f"label_values(bottleneck_train_info{{{CLUSTER}}}, {JOB_LABEL})",
         multi=not single,
         include_all=not single,
         description=description,
@@ -62,6 +79,6 @@ def gpu_variable(bundle: str = DEFAULT_BUNDLE,
     return query_variable(
         "gpu",
         "GPU",
-        f'label_values({series}{{instance=~"$instance"}}, gpu)',
+        f'label_values({series}{{{CLUSTER}, instance=~"$instance"}}, gpu)',
         description=description,
     )

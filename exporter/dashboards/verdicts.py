@@ -22,7 +22,7 @@ from bottleneck_exporter.dashboards.panels import (
     with_links,
 )
 from bottleneck_exporter.dashboards.signals import Signals
-from bottleneck_exporter.dashboards.variables import job_variable, node_variable
+from bottleneck_exporter.dashboards.variables import CLUSTER, cluster_variable, job_variable, node_variable
 from bottleneck_exporter.dashboards.verdict_catalogue import SEVERITY_COLORS, Verdict
 from bottleneck_exporter.heuristics.model import GROUPS
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
@@ -38,7 +38,7 @@ GROUP_TITLES = {
 
 
 def matchers(verdict: Verdict) -> str:
-    found = ['instance=~"$instance"']
+    found = [CLUSTER, 'instance=~"$instance"']
     if JOB_LABEL in verdict.heuristic.scope:
         found.append(f'{JOB_LABEL}=~"${JOB_LABEL}"')
     return ", ".join(found)
@@ -90,7 +90,8 @@ def verdict_panel(verdict: Verdict) -> Panel:
 
 def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
     s = Signals(bundle)
-    firing = verdict_catalogue.firing_selector('instance=~"$instance", training_job=~"$training_job"', bundle)
+    firing = verdict_catalogue.firing_selector(f'{CLUSTER}, instance=~"$instance", training_job=~"$training_job"',
+                                               bundle)
     timeline = state_timeline(
         "Verdicts over time",
         "One lane per verdict, node, job and rank: coloured while the verdict fires. Read it against a "
@@ -107,6 +108,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
             panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}"))
             panels.extend(verdict_panel(v) for v in members)
     variables = [
+        cluster_variable(),
         node_variable(bundle),
         job_variable(),
     ]

@@ -11,9 +11,11 @@ panels and ``bottleneck-exporter diagnose``.
 be overridden) for one bundle of sources and returns concrete rules::
 
     alert: BottleneckInputBound
-    expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (instance) (...)
+    expr: job_rank:bottleneck_train_data_wait:ratio_rate5m > 0.5 unless on (cluster, instance) (...)
     labels: {severity: warning}
 
+Every rule keeps the cluster label (parameter ``cluster_label``) in each ``by`` and ``on`` (:func:`clustered`), and
+says where it can run (:func:`reach`: node-local, or cross-node when it combines several nodes' series).
 :func:`signal` spells a signal out for a dashboard; :func:`validate` checks that the catalogue holds together.
 """
 
@@ -26,7 +28,10 @@ from collections.abc import Mapping
 from bottleneck_exporter.heuristics.areas import AREAS
 from bottleneck_exporter.heuristics.gotemplate import check
 from bottleneck_exporter.heuristics.model import (
+    CROSS_NODE,
     GROUPS,
+    NODE_LABEL,
+    NODE_LOCAL,
     PARAM,
     RECORD_REF,
     SEVERITIES,
@@ -45,6 +50,8 @@ from bottleneck_exporter.heuristics.promql import (
     Node,
     PromQLError,
     Selector,
+    crosses,
+    keep_label,
     parse,
     parse_duration,
     transform,
@@ -105,6 +112,8 @@ class RecordingRule:
     expr: str
     group: str
     key: str = ""  # the catalogue's key (<<key>>)
+    reach: str = NODE_LOCAL  # NODE_LOCAL or CROSS_NODE (model.REACHES): where its group can run
+    inline_expr: str = ""  # the recording rules it reads spelled out: runs on a Prometheus without our rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +132,7 @@ class AlertRule:
     evidence: str
     runbook_url: str
     thresholds: dict[str, float | str]  # parameter → value this tier uses
+    reach: str = NODE_LOCAL  # NODE_LOCAL or CROSS_NODE (model.REACHES): where its group can run
 
     @property
     def alert(self) -> str:
@@ -202,6 +212,20 @@ def records_used(expr: str) -> list[str]:
         if key not in ordered:
             ordered.append(key)
     return ordered
+
+
+def clustered(expr: str, params: Mapping[str, float | str]) -> str:
+    """``expr`` keeping the cluster label (parameter ``cluster_label``) through every aggregation and join."""
+    label = str(params["cluster_label"])
+    try:
+        return unparse(keep_label(parse(expr), label))
+    except PromQLError as err:
+        raise CatalogueError(f"cluster_label {label}: {err} in {' '.join(expr.split())[:80]!r}") from None
+
+
+def reach(inline_expr: str) -> str:
+    """Where a rule can run, from its expression with the recording rules it reads spelled out."""
+    return CROSS_NODE if crosses(parse(inline_expr), NODE_LABEL) else NODE_LOCAL
 
 
 def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Mapping[str, float | str],
@@ -313,7 +337,7 @@ def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = 
         rest = tuple(m for m in node.matchers if m is not name)
         return Selector((name, *narrowing.matchers, *rest), node.range_seconds, node.range_variable)
 
-    return " ".join(unparse(transform(parse(text), narrowed)).split())
+    return " ".join(unparse(transform(parse(clustered(text, params)), narrowed)).split())
 
 
 def resolve(overrides: Mapping[str, object] | None = None, for_override: str | None = None,
@@ -334,11 +358,12 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
             raise CatalogueError(f"for override: expected a duration such as 30s, got {for_override!r}") from None
     names = {key: _fill(record.name, params) for key, record in RECORDS.items()}
     chosen, missing, reduced = choose_signals(bundle, params)
-    records = tuple(
-        RecordingRule(names[key], _with_records(_fill(expr, params), names, False, params, chosen),
-                      RECORDS[key].group, key)
-        for key, expr in chosen.items()
-    )
+    records = []
+    for key, expr in chosen.items():
+        filled = _fill(expr, params)
+        inline = _with_records(filled, names, True, params, chosen)
+        records.append(RecordingRule(names[key], clustered(_with_records(filled, names, False, params, chosen), params),
+                                     RECORDS[key].group, key, reach(inline), clustered(inline, params)))
     base = str(params["runbook_base_url"])
     alerts: list[AlertRule] = []
     left_out: dict[str, tuple[str, ...]] = {}
@@ -358,11 +383,12 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
             filled = _fill(expr, params, tier.overrides)
             thresholds = {tier.overrides.get(n, n): params[tier.overrides.get(n, n)]
                           for n in PARAM.findall(heuristic.expr)}
+            inline = _with_records(filled, names, True, params, chosen)
             alerts.append(AlertRule(
                 heuristic=heuristic,
                 severity=tier.severity,
-                expr=_with_records(filled, names, False, params, chosen),
-                inline_expr=_with_records(filled, names, True, params, chosen),
+                expr=clustered(_with_records(filled, names, False, params, chosen), params),
+                inline_expr=clustered(inline, params),
                 for_=for_override or heuristic.for_,
                 summary=_fill(heuristic.summary, params),
                 description=_fill(heuristic.description, params),
@@ -371,8 +397,9 @@ def resolve(overrides: Mapping[str, object] | None = None, for_override: str | N
                 evidence=_fill(heuristic.evidence, params),
                 runbook_url=f"{base}#{heuristic.anchor}",
                 thresholds=thresholds,
+                reach=reach(inline),
             ))
-    return Catalogue(params, records, tuple(alerts), bundle, left_out,
+    return Catalogue(params, tuple(records), tuple(alerts), bundle, left_out,
                      {names[key]: tuple(sorted(lacking)) for key, lacking in reduced.items()}, reads)
 
 

@@ -31,7 +31,7 @@ import yaml
 
 from bottleneck_exporter.heuristics.catalogue import HEURISTICS, AlertRule, Catalogue, resolve, validate
 from bottleneck_exporter.heuristics.gotemplate import render
-from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, CatalogueError
+from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, REACHES, CatalogueError
 from bottleneck_exporter.heuristics.parameters import PARAMETERS, format_value, parse_sets
 from bottleneck_exporter.heuristics.scenarios import SCENARIOS
 from bottleneck_exporter.heuristics.scenarios.replay import Instance, Outcome, replay
@@ -97,11 +97,24 @@ def dump(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
+def group_name(area: str, reach: str, recording: bool) -> str:
+    """A rule group's name: its area, then where it can run (model.REACHES): ``bottleneck-training-cross-node``."""
+    return f"bottleneck-{area}-{reach}" + (".rules" if recording else "")
+
+
+def _group(catalogue: Catalogue, name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    # An explicit interval: a central ruler (Thanos Rule, the Mimir ruler, vmalert) has its own default.
+    return {"name": name, "interval": format_value(catalogue.parameters["rule_interval"]), "rules": rules}
+
+
 def render_recording_rules(catalogue: Catalogue) -> str:
     groups = []
-    for group in ("training", "node", "gpu"):
-        rules = [{"record": r.record, "expr": r.expr} for r in catalogue.records if r.group == group]
-        groups.append({"name": f"bottleneck-{group}.rules", "rules": rules})
+    for area in GROUPS:
+        for reach in REACHES:
+            rules = [{"record": r.record, "expr": r.expr} for r in catalogue.records
+                     if (r.group, r.reach) == (area, reach)]
+            if rules:
+                groups.append(_group(catalogue, group_name(area, reach, True), rules))
     return bundle_header(catalogue) + dump({"groups": groups})
 
 
@@ -117,9 +130,11 @@ def _alert_dict(rule: AlertRule) -> dict[str, Any]:
 
 def render_alert_rules(catalogue: Catalogue) -> str:
     groups = []
-    for group in GROUPS:
-        rules = [_alert_dict(r) for r in catalogue.alerts if r.heuristic.group == group]
-        groups.append({"name": f"bottleneck-{group}", "rules": rules})
+    for area in GROUPS:
+        for reach in REACHES:
+            rules = [_alert_dict(r) for r in catalogue.alerts if (r.heuristic.group, r.reach) == (area, reach)]
+            if rules:
+                groups.append(_group(catalogue, group_name(area, reach, False), rules))
     return bundle_header(catalogue) + dump({"groups": groups})
 
 

@@ -12,7 +12,8 @@ Expressions and texts are templates: ``${name}`` is a parameter (``${name:pct}``
 Label conventions the expressions rely on: per-rank series carry ``training_job`` (the training job's name,
 ``bottleneck_exporter.wire.schema.JOB_LABEL``; never Prometheus' own ``job``, so any ``honor_labels`` setting keeps it)
 and ``rank``; every series carries ``instance``; ``job`` is Prometheus' scrape job, read only by the
-exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only.
+exporter's own alerts; cross-kind joins (a rank with its node or GPU) match ``on (instance)`` only. No
+expression spells the cluster label: the generator adds it to every ``by`` and ``on`` (``catalogue.clustered``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ PREFIX = "Bottleneck"
 SEVERITIES = ("critical", "warning", "info")
 # The alert groups, one per area, in the order the rule files list them.
 GROUPS = ("training", "node", "gpu", "exporter")
+
+# Where a rule group can run (its name says which): a node-local group reads each node's series alone (every
+# aggregation keeps ``instance``, every join matches on it), so a per-node or per-shard Prometheus can evaluate
+# it; a cross-node group combines the series of several nodes (a job's rank median, its stragglers, an exporter
+# absent everywhere) and needs them all in one evaluator, a central ruler. Derived from each expression
+# (promql.crosses), never assigned by hand.
+NODE_LABEL = "instance"
+NODE_LOCAL, CROSS_NODE = "node-local", "cross-node"
+REACHES = (NODE_LOCAL, CROSS_NODE)
 
 PARAM = re.compile(r"\$\{([a-z0-9_]+)(?::pct)?\}")
 RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>")
@@ -49,7 +59,7 @@ class Parameter:
     name: str
     default: float | str
     sentence: str
-    kind: str = "number"  # number | duration | regex | text
+    kind: str = "number"  # number | duration | regex | label | text
 
 
 @dataclasses.dataclass(frozen=True)

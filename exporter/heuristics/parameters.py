@@ -25,6 +25,13 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "faster; keep it at least four scrape intervals. Recording-rule names end in it.", "duration"),
     Parameter("exporter_job", "bottleneck-exporter", "Prometheus `job` of the scrape config that scrapes "
               "the exporters (BottleneckExporterDown watches `up` of this job).", "text"),
+    Parameter("cluster_label", "cluster", "Label that names the cluster a series comes from (an external label of "
+              "each cluster's Prometheus or agent, or a target label). Every aggregation keeps it and every join "
+              "matches on it, so that one ruler over several clusters keeps their jobs and nodes apart; a "
+              "Prometheus whose series lack it evaluates the rules as if it were not there.", "label"),
+    Parameter("rule_interval", "1m", "How often every rule group is evaluated (its `interval:`, whatever the "
+              "Prometheus' global evaluation_interval). Keep the rate window at least four times as long.",
+              "duration"),
     Parameter("runbook_base_url",
               "https://github.com/bottleneck-exporter/bottleneck-exporter/blob/main/docs/runbook.md",
               "Where docs/runbook.md is published; every alert's runbook_url is this plus `#<alert name in "
@@ -162,6 +169,8 @@ def parse_parameter(name: str, raw: object) -> float | str:
             re.compile(text)
         except re.error as err:
             raise CatalogueError(f"parameter {name}: not a valid regular expression ({err}): {raw!r}") from None
+    if param.kind == "label" and not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
+        raise CatalogueError(f"parameter {name}: expected a label name such as cluster, got {raw!r}")
     if not text:
         raise CatalogueError(f"parameter {name}: must not be empty")
     return text

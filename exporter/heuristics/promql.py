@@ -915,3 +915,137 @@ def _quantile(q: float, values: list[float]) -> float:
     upper = min(len(ordered) - 1, lower + 1)
     weight = rank - math.floor(rank)
     return ordered[lower] * (1 - weight) + ordered[upper] * weight
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def output_labels(node: Node, selected: Callable[[Selector], frozenset[str]]) -> frozenset[str]:
+    """The label names a sample of ``node``'s result may carry (``__name__`` aside), when each selector's series
+    carry ``selected(selector)``: an upper bound, by Prometheus' rules of which labels each construct keeps.
+    ``selected`` returning just ``{name}`` asks whether label ``name`` survives to the result at all."""
+    if isinstance(node, Selector):
+        return selected(node) - {"__name__"}
+    if isinstance(node, Number | String):
+        return frozenset()
+    if isinstance(node, Negate):
+        return output_labels(node.expr, selected)
+    if isinstance(node, Call):
+        if node.func in ("time", "vector"):
+            return frozenset()
+        if node.func == "absent":  # its sample's labels are the selector's equality matchers
+            arg = node.args[0]
+            return frozenset(m.name for m in arg.matchers if m.op == "=" and m.name != "__name__") \
+                if isinstance(arg, Selector) else frozenset()
+        inner = output_labels(node.args[0], selected)
+        if node.func == "label_replace":
+            dst = node.args[1]
+            return inner | {dst.value} if isinstance(dst, String) else inner
+        return inner
+    if isinstance(node, Aggregate):
+        inner = output_labels(node.expr, selected)
+        return inner - set(node.grouping) if node.without else inner & set(node.grouping)
+    lhs, rhs = output_labels(node.lhs, selected), output_labels(node.rhs, selected)
+    if node.op == "or":
+        return lhs | rhs
+    if node.op in ("and", "unless"):
+        return lhs
+    if _is_scalar(node.lhs):
+        return rhs
+    if _is_scalar(node.rhs):
+        return lhs
+    if node.group_left is not None:  # many-to-one: the many side's labels, plus those it copies from the one
+        return lhs | (rhs & set(node.group_left))
+    return lhs & set(node.on) if node.on is not None else lhs - set(node.ignoring)
+
+
+def _is_scalar(node: Node) -> bool:
+    if isinstance(node, Number) or (isinstance(node, Call) and node.func == "time"):
+        return True
+    if isinstance(node, Negate):
+        return _is_scalar(node.expr)
+    return isinstance(node, Binary) and _is_scalar(node.lhs) and _is_scalar(node.rhs)
+
+
+def carries(node: Node, label: str) -> bool:
+    """Whether ``label``, where the series ``node`` reads carry it, may reach its result."""
+    return label in output_labels(node, lambda _: frozenset({label}))
+
+
+def crosses(node: Node, label: str) -> bool:
+    """Whether evaluating ``node`` may combine series whose ``label`` differs (an aggregation that drops it, a
+    join that does not match on it), so that it needs every value of ``label`` in one evaluator; ``absent()``
+    looks at every series. A join with a side that does not carry ``label`` (a constant table) crosses nothing."""
+    if isinstance(node, Aggregate) and not carries(node, label) and carries(node.expr, label):
+        return True
+    if isinstance(node, Call) and node.func == "absent":
+        return True
+    if isinstance(node, Binary) and not (_is_scalar(node.lhs) or _is_scalar(node.rhs)) \
+            and carries(node.lhs, label) and carries(node.rhs, label):
+        matched = label in node.on if node.on is not None else label not in node.ignoring
+        if not matched:
+            return True
+    return any(crosses(kid, label) for kid in children(node))
+
+
+def keep_label(node: Node, label: str) -> Node:
+    """``node`` with ``label`` kept through every aggregation and matched in every join whose sides both carry
+    it: ``by (instance)`` becomes ``by (label, instance)``, ``on (instance)`` ``on (label, instance)``, an
+    aggregation with no clause ``by (label)``. Where no series carries ``label`` the result is the same; where
+    they do (one ruler over several clusters), series of different values of it are never combined. A ``without``
+    or ``ignoring`` that names ``label`` is an error: it would drop what this keeps. Printed as written, but
+    for the clauses it changed."""
+    kids = tuple(keep_label(kid, label) for kid in children(node))
+    if kids and not all(a is b for a, b in zip(kids, children(node), strict=True)):
+        node = _with_children(node, kids)
+    if isinstance(node, Aggregate):
+        if node.without:
+            if label in node.grouping:
+                raise PromQLError(f"{node.op} without ({', '.join(node.grouping)}) drops {label}, which must be kept")
+            return node
+        if label in node.grouping or not carries(node.expr, label):
+            return node
+        return _regrouped(node, (label, *node.grouping), "by")
+    if isinstance(node, Binary):
+        if label in node.ignoring:
+            raise PromQLError(f"{node.op} ignoring ({', '.join(node.ignoring)}) does not match on {label}")
+        if node.on is None or label in node.on or not (carries(node.lhs, label) and carries(node.rhs, label)):
+            return node
+        return _regrouped(node, (label, *node.on), "on")
+    return node
+
+
+def _regrouped(node: Aggregate | Binary, labels: tuple[str, ...], keyword: str) -> Node:
+    """``node`` grouping (``by``) or matching (``on``) on ``labels``, its layout respelled where the clause was
+    written (or, for an aggregation written with none, after its operator)."""
+    built: Node = dataclasses.replace(node, grouping=labels) if isinstance(node, Aggregate) \
+        else dataclasses.replace(node, on=labels)
+    if node.layout is None:
+        return built
+    clause = f"{keyword} ({', '.join(labels)})"
+    gaps = list(node.layout)
+    for index, gap in enumerate(gaps):
+        tokens = list(_tokens(gap))
+        for at, (kind, text, start, _) in enumerate(tokens):
+            if kind == "ident" and text == keyword and at + 1 < len(tokens) and tokens[at + 1][1] == "(":
+                close = next(t for t in tokens[at + 1:] if t[1] == ")")
+                gaps[index] = gap[:start] + clause + gap[close[3]:]
+                return dataclasses.replace(built, layout=tuple(gaps))
+    assert isinstance(node, Aggregate)  # a join's on () is always written: only an aggregation lacks its clause
+    for kind, text, _, end in _tokens(gaps[0]):
+        if kind == "ident" and text == node.op:
+            gaps[0] = gaps[0][:end] + f" {clause} " + gaps[0][end:].lstrip()
+            return dataclasses.replace(built, layout=tuple(gaps))
+    return dataclasses.replace(built, layout=None)
+
+
+def _tokens(text: str) -> Iterable[tuple[str, str, int, int]]:
+    """The PromQL tokens of a piece of a node's layout (the text between its children): kind, text, offsets."""
+    pos = 0
+    while pos < len(text) and text[pos:].strip():
+        match = TOKEN.match(text, pos)
+        if match is None:
+            return
+        kind = match.lastgroup or ""
+        yield kind, match.group(kind), match.start(kind), match.end(kind)
+        pos = match.end()
