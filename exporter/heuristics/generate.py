@@ -10,6 +10,8 @@ Files (relative to ``--out``, default: the current directory):
     alerts/alert-rules.yml           alert rules
     docs/runbook.md                  per alert: what it means, the evidence, what to change
     tests/rules/<heuristic>.yml      promtool test rules files rendered from the scenario table
+    mixin/                           the monitoring mixin: the rules of every bundle as jsonnet, one _config of
+                                     selectors and thresholds (exporter/heuristics/mixin.py)
     prometheus/bundles/<bundle>/     the recording and alert rules of every other bundle (sources other than
                                      our own collectors: exporter/heuristics/sources.py); the files above are
                                      the bundle "bottleneck"
@@ -29,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from bottleneck_exporter.heuristics import mixin
 from bottleneck_exporter.heuristics.catalogue import HEURISTICS, AlertRule, Catalogue, resolve, validate
 from bottleneck_exporter.heuristics.gotemplate import render
 from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, CatalogueError
@@ -303,6 +306,8 @@ def outputs(catalogue: Catalogue, tests: bool = True, for_override: str | None =
         recording, alerting = bundle_files(name)
         files[recording] = render_recording_rules(resolved)
         files[alerting] = render_alert_rules(resolved)
+    if for_override is None:
+        files.update(mixin.outputs(header("exporter/heuristics/catalogue.py", "//"), catalogue))
     if tests:
         files.update(render_rule_tests(catalogue))
         for name, resolved in bundles.items():
