@@ -106,7 +106,7 @@ class Heuristic:
     meaning: str  # runbook: what it means and why it matters
     evidence: str  # runbook: what to look at to confirm it
     scope: tuple[str, ...]  # labels that name the subject: ("instance", "training_job", "rank")
-    unit: str  # Grafana unit of $value: percentunit, s, celsius, short
+    unit: str  # the most specific Grafana unit of $value: percentunit, s, celsius, count:pages/s, suffix:x
     group: str
     tiers: tuple[Tier, ...] = (Tier("warning"),)
     # What the dashboards draw: the recording rules (keys) the alert compares against ``threshold`` (a
