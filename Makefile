@@ -75,8 +75,9 @@ bench: venv tools
 	$(PY) benchmarks/hook_overhead.py
 
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
-# dashboards, the Kubernetes PrometheusRule and dashboard ConfigMaps; and kube-prometheus-stack's Alertmanager
-# routing from alerts/alertmanager.yml. Tests fail when a committed file differs from this output.
+# dashboards, the monitoring mixin (mixin/), the Kubernetes PrometheusRule and dashboard ConfigMaps; and
+# kube-prometheus-stack's Alertmanager routing from alerts/alertmanager.yml. Tests fail when a committed file differs
+# from this output.
 generate: venv
 	$(PY) -m bottleneck_exporter.heuristics.generate
 	$(PY) -m bottleneck_exporter.dashboards

@@ -431,3 +431,136 @@ def test_template_variables_resolve(name: str, live: tuple[str, Prometheus]) -> 
         assert match, variable["definition"]
         values = prometheus.label_values(match.group(2), live_substitute(match.group(1)))
         assert values, f"${variable['name']} has no values ({bundle}): {variable['definition']}"
+
+
+# ---------------------------------------------------------------------------------------------- what a person sees
+
+# Grafana's units (and custom units: count:<what>, suffix:<text>) the dashboards may use; "short" names nothing.
+GRAFANA_UNITS = {"percentunit", "s", "bytes", "Bps", "celsius", "watt", "hertz", "pps", "bool_on_off", "none"}
+CUSTOM_UNIT = re.compile(r"(count|suffix):\s?\S.*")
+# Series whose name says their unit, and the unit of a panel that draws only them, as they are or rated.
+NAMED_UNITS = ((r"_celsius$", "", "celsius"), (r"_watts$", "", "watt"), (r"_bytes$", "", "bytes"),
+               (r"_bytes_total$", "rate", "Bps"), (r"_ratio$", "", "percentunit"), (r"_seconds$", "", "s"))
+
+
+def verdict_tables(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in query_panels(dashboard) if p["type"] == "table" and "ALERTS{" in p["targets"][0]["expr"]]
+
+
+def bundle_of(path: str) -> str:
+    return next((b for b in BUNDLES if f"/{b}/" in path), DEFAULT_BUNDLE)
+
+
+def series_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b((?:bottleneck|node|DCGM)_\w+|[a-z_]+:[a-z0-9_]+:[a-z0-9_]+)\b", expr))
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_rows_below_the_first_screen_are_collapsed_and_hold_their_panels(path: str) -> None:
+    """Regression: the node view opened 3,700 px tall, every row expanded, every query run at once."""
+    from bottleneck_exporter.dashboards.panels import FIRST_SCREEN
+
+    top = load(path)["panels"]
+    rows = [p for p in top if p["type"] == "row"]
+    below = [r for r in rows if r["gridPos"]["y"] >= FIRST_SCREEN]
+    assert below, "nothing below the first screen: the test proves nothing"
+    for row in rows:
+        assert row["collapsed"] == (row in below), row["title"]
+        assert bool(row["panels"]) == (row in below), f"{row['title']}: a collapsed row holds its panels"
+        for panel in row["panels"]:
+            assert panel["gridPos"]["y"] > row["gridPos"]["y"], (row["title"], panel["title"])
+    first_collapsed = top.index(below[0])
+    assert all(p["type"] == "row" for p in top[first_collapsed:]), "a panel below a collapsed row is outside it"
+    assert [r["gridPos"]["y"] for r in below] == list(range(below[0]["gridPos"]["y"], below[0]["gridPos"]["y"]
+                                                            + len(below))), "collapsed rows follow each other"
+    expanded = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in top)
+    assert expanded <= 2 * FIRST_SCREEN + len(below), f"{expanded} grid units open: split the first rows"
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_firing_verdicts_annotate_the_time_series_they_read(path: str) -> None:
+    dashboard = load(path)
+    resolved = resolve(bundle=bundle_of(path))
+    rules = {r.alert: r for r in resolved.alerts}
+    series = {p["id"]: (p, set().union(*(series_names(t["expr"]) for t in p["targets"])))
+              for p in query_panels(dashboard)}
+    defined = {v["name"] for v in dashboard["templating"]["list"]}
+    annotations = dashboard["annotations"]["list"]
+    assert annotations, "no verdict annotates this dashboard"
+    for annotation in annotations:
+        alert = annotation["name"]
+        assert annotation["expr"].startswith(f'ALERTS{{alertstate="firing", alertname="{alert}"'), alert
+        assert alert in rules, f"{alert} is not a verdict of this bundle"
+        assert annotation["datasource"]["uid"] == "${datasource}" and annotation["enable"]
+        assert set(re.findall(r"\$\{?(\w+)", annotation["expr"])) <= defined, alert
+        assert annotation["filter"]["exclude"] is False and annotation["filter"]["ids"], alert
+        read = series_names(rules[alert].expr) | series_names(rules[alert].inline_expr)
+        for panel_id in annotation["filter"]["ids"]:
+            panel, drawn_series = series[panel_id]
+            assert panel["type"] == "timeseries", (alert, panel["title"])
+            assert drawn_series & read, f"{alert} marks {panel['title']!r}, which draws nothing it reads"
+    marked = {i for a in annotations for i in a["filter"]["ids"]}
+    for panel_id, (panel, _) in series.items():
+        found = re.search(r"\((Bottleneck\w+)\)$", panel["title"])
+        if found and panel["type"] == "timeseries":  # a verdict's own evidence panel carries its verdict
+            assert panel_id in next(a["filter"]["ids"] for a in annotations if a["name"] == found.group(1))
+    assert marked, "no time series is marked"
+
+
+def test_the_node_view_marks_gpu_memory_with_the_memory_verdicts() -> None:
+    dashboard = load_dashboards()["bottleneck-node.json"]
+    memory = next(p["id"] for p in panels(dashboard) if p["title"] == "GPU memory used")
+    marking = {a["name"] for a in dashboard["annotations"]["list"] if memory in a["filter"]["ids"]}
+    assert {"BottleneckGpuMemoryNearlyFull", "BottleneckGpuMemoryUnderused"} <= marking
+    assert "BottleneckInputBound" not in marking
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_every_verdict_table_row_links_to_its_runbook_and_the_node_and_job_views(path: str) -> None:
+    dashboard = load(path)
+    bundle = bundle_of(path)
+    resolved = resolve(bundle=bundle)
+    siblings = {d["uid"]: d for d in load_dashboards(bundle).values()}
+    tables = verdict_tables(dashboard)
+    assert tables or dashboard["uid"].startswith("bottleneck-verdicts"), "no verdict table"
+    for table in tables:
+        expr = table["targets"][0]["expr"]
+        assert expr.startswith("label_replace(") and '"runbook", "$1", "alertname", "(.+)")' in expr
+        grouped = set(re.search(r"max by \(([^)]*)\)", expr).group(1).split(", "))  # type: ignore[union-attr]
+        assert {"alertname", "instance", "training_job"} <= grouped, table["title"]
+        mapping = next(o["properties"][0]["value"][0]["options"] for o in table["fieldConfig"]["overrides"]
+                       if o["matcher"]["options"] == "runbook")
+        assert {a: m["text"] for a, m in mapping.items()} == {r.alert: r.runbook_url for r in resolved.alerts}
+        links = {link["title"].split(" of ")[0]: link["url"] for link in table["fieldConfig"]["defaults"]["links"]}
+        assert links["Runbook entry"] == "${__data.fields.runbook}"
+        for title, view in (("Node view", "bottleneck-node"), ("Job view", "bottleneck-training")):
+            found = re.fullmatch(r"/d/([\w-]+)\?(.*)", links[title])
+            assert found, links[title]
+            uid, query = found.groups()
+            target = siblings[uid]  # a dashboard of the same bundle
+            assert uid.startswith(view), (title, uid)
+            params = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
+            variables = {v["name"] for v in target["templating"]["list"]}
+            for name, value in params.items():
+                label = name.removeprefix("var-")
+                assert label in variables and label in grouped, (title, name)
+                assert value == f"${{__data.fields.{label}}}", (title, name)
+            assert "${datasource:queryparam}" in query and "${__url_time_range}" in query
+        assert ("var-training_job" in links["Job view"]) and ("var-instance" in links["Node view"])
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_every_panel_has_the_most_specific_unit(path: str) -> None:
+    for panel in query_panels(load(path)):
+        units = [panel["fieldConfig"]["defaults"]["unit"]]
+        units += [p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "unit"]
+        for unit in units:
+            assert unit in GRAFANA_UNITS or CUSTOM_UNIT.fullmatch(unit), f"{panel['title']}: unit {unit!r}"
+        if units[0] == "none":
+            assert panel["type"] in ("table", "state-timeline"), f"{panel['title']}: a number without a unit"
+        names = [n for t in panel["targets"] for n in series_names(t["expr"]) if ":" not in n]
+        exprs_ = [t["expr"] for t in panel["targets"]]
+        for pattern, around, unit in NAMED_UNITS:
+            if names and all(re.search(pattern, n) for n in names) and not any("/" in e for e in exprs_) and \
+                    all(e.startswith(around) or not around for e in exprs_):
+                assert units[0] == unit, f"{panel['title']}: draws {names} in {units[0]}, not {unit}"

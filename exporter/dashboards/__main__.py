@@ -1,4 +1,5 @@
-"""``python -m bottleneck_exporter.dashboards [--root DIR] [--check]``: write (or check) every bundle's JSON."""
+"""``python -m bottleneck_exporter.dashboards [--root DIR] [--check]``: write (or check) every bundle's JSON and the
+monitoring mixin's copies (mixin/dashboards/)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bottleneck_exporter.dashboards.files import REGENERATE, render_all
+from bottleneck_exporter.dashboards.files import REGENERATE, render_all, render_mixin
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs")
     args = parser.parse_args(argv)
     stale = []
-    for relative, text in render_all().items():
+    dashboards = render_all()
+    for relative, text in {**dashboards, **render_mixin(dashboards)}.items():
         path = args.root / relative
         if args.check:
             if not path.exists() or path.read_text() != text:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bottleneck_exporter.dashboards import node, verdict_catalogue
+from bottleneck_exporter.dashboards.annotations import with_verdict_annotations
 from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
@@ -44,7 +45,7 @@ def verdict_panels(bundle: str) -> list[Panel]:
         stat(
             "Verdicts firing",
             "Bottleneck verdicts firing now, by severity.",
-            "short",
+            "count:verdicts",
             [Query(f"count by (severity) ({firing})", "{{severity}}")],
             width=6,
             height=8,
@@ -66,7 +67,7 @@ def verdict_panels(bundle: str) -> list[Panel]:
             "Nodes per verdict",
             "How many nodes each verdict fires on: one verdict on many nodes points at "
             "a shared cause (storage, a bad image, a config rolled out everywhere).",
-            "short",
+            "count:nodes",
             [Query(f"count by (alertname) (max by (alertname, instance) ({firing}))", "{{alertname}}", instant=True)],
             width=24,
             height=6,
@@ -90,7 +91,7 @@ def gpu_panels(s: Signals) -> list[Panel]:
             s, stat,
             "GPUs up / down",
             "GPUs answering NVML, and GPUs lost (GPU_IS_LOST: drain the node).",
-            "short",
+            "count:GPUs",
             [
                 s.query("gpu_up", N, "up", around=lambda up: f"sum({up})"),
                 s.query("gpu_up", N, "down", around=lambda up: f"count({up} == 0) or vector(0)"),
@@ -103,7 +104,7 @@ def gpu_panels(s: Signals) -> list[Panel]:
             "Idle GPU memory held",
             "GPUs holding over half their memory while under 10% utilized: capacity "
             "reserved by jobs that do not use it.",
-            "short",
+            "count:GPUs",
             [s.query(("gpu_mem", "gpu_util"), N, around=lambda mem, util: f"count(({mem} > 0.5) and ({util} < 0.1))")],
             width=6,
             decimals=0,
@@ -111,7 +112,7 @@ def gpu_panels(s: Signals) -> list[Panel]:
         stat(
             "Training jobs reporting",
             "Training jobs whose hook pushed a step to any exporter.",
-            "short",
+            "count:jobs",
             [Query(f'count(count by (training_job) (bottleneck_train_info{{{N}, training_job=~"$training_job"}}))')],
             width=6,
             decimals=0,
@@ -167,7 +168,7 @@ def job_panels(s: Signals) -> list[Panel]:
         timeseries(
             "Samples per second per job",
             "Training throughput of each job, all ranks together.",
-            "short",
+            "count:samples/s",
             [Query(f"sum by (training_job) (rate(bottleneck_train_samples_total{{{jobs}}}[{RI}]))",
                    "{{training_job}}")],
             width=12,
@@ -215,7 +216,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         }
     ]
     panels = [*verdict_panels(bundle), *gpu_panels(s), *job_panels(s)]
-    return dashboard(
+    return with_verdict_annotations(dashboard(
         s.uid(UID),
         s.title("Bottleneck / Fleet overview"),
         "Bottleneck verdicts per node and job, and GPU utilization across the fleet.",
@@ -224,4 +225,5 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         tags=s.tags("fleet"),
         links=links,
         regenerate=regenerate,
-    )
+    ), bundle)
+

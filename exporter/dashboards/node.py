@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bottleneck_exporter.dashboards import verdict_catalogue
+from bottleneck_exporter.dashboards.annotations import with_verdict_annotations
 from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
@@ -20,21 +21,23 @@ from bottleneck_exporter.dashboards.panels import (
     stat,
     table,
     timeseries,
+    with_unit_of,
 )
 from bottleneck_exporter.dashboards.signals import Signals, drawn
 from bottleneck_exporter.dashboards.thresholds import threshold
 from bottleneck_exporter.dashboards.variables import CLUSTER, cluster_variable, gpu_variable, node_variable
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
-UID = "bottleneck-node"
+UID = verdict_catalogue.NODE_VIEW
 N = f'{CLUSTER}, instance=~"$instance"'
 G = f'{N}, gpu=~"$gpu"'
 RI = "$__rate_interval"
 
 
 def gpu_panels(s: Signals) -> list[Panel]:
-    return [row("GPUs"), *gpu_utilization_panels(s), *gpu_throttling_panels(s), *gpu_link_panels(s),
-            *gpu_process_panels(s)]
+    # Two rows: what a person checks first fits the first screen, the clocks and links below it open on demand.
+    return [row("GPUs"), *gpu_utilization_panels(s), row("GPU clocks, links and processes"),
+            *gpu_throttling_panels(s), *gpu_link_panels(s), *gpu_process_panels(s)]
 
 
 def gpu_utilization_panels(s: Signals) -> list[Panel]:
@@ -45,7 +48,7 @@ def gpu_utilization_panels(s: Signals) -> list[Panel]:
             "GPUs up",
             "GPUs answering NVML on this node; a GPU that fell off the bus (GPU_IS_LOST) counts as "
             "down and needs draining.",
-            "none",
+            "count:GPUs",
             [
                 s.query("gpu_up", N, "up", around=lambda up: f"sum({up})"),
                 s.query("gpu_up", N, "down", around=lambda up: f"count({up} == 0) or vector(0)"),
@@ -146,7 +149,7 @@ def gpu_throttling_panels(s: Signals) -> list[Panel]:
             "Clock-event reasons NVML reports as active, only those that cost speed (thermal, HW "
             "slowdown, power brake; the GpuThrottled verdict's list): idle, application-clock and display "
             "reasons are benign.",
-            "none",
+            "bool_on_off",
             [s.query("gpu_clock_events", G, "GPU {{gpu}} {{reason}}",
                      around=lambda events: f"max by (gpu, reason) ({events})")],
             width=8,
@@ -169,7 +172,7 @@ def gpu_throttling_panels(s: Signals) -> list[Panel]:
 def gpu_link_panels(s: Signals) -> list[Panel]:
     """The PCIe link and the hardware's own error counters: a bad slot, riser or memory."""
     return [
-        drawn(
+        with_unit_of(drawn(
             s, table,
             "PCIe link",
             "PCIe generation and lane width, current vs maximum. The link drops to Gen1 when idle "
@@ -189,7 +192,7 @@ def gpu_link_panels(s: Signals) -> list[Panel]:
                 "Value #D": "max width",
                 "Value #E": "GPU-Util",
             },
-        ),
+        ), "GPU-Util", "percentunit"),
         drawn(
             s, timeseries,
             "PCIe throughput",
@@ -202,7 +205,7 @@ def gpu_link_panels(s: Signals) -> list[Panel]:
             s, timeseries,
             "ECC errors and PCIe replays",
             "New uncorrected ECC errors (drain the node) and PCIe replays (a flaky link) per interval.",
-            "short",
+            "count:errors",
             [
                 s.query("gpu_ecc_uncorrected", G, "uncorrected ECC GPU {{gpu}}"),
                 s.query("gpu_pcie_replays", G, "PCIe replays GPU {{gpu}}"),
@@ -265,7 +268,7 @@ def cpu_panels(s: Signals) -> list[Panel]:
             "Load per core",
             "Load average divided by online CPUs; above the oversubscription threshold "
             "more threads want to run than there are cores.",
-            "short",
+            "count:tasks/core",
             [
                 s.query("load_per_cpu", N, "load1 / cores"),
                 s.query("load5_per_cpu", N, "load5 / cores"),
@@ -279,16 +282,16 @@ def cpu_panels(s: Signals) -> list[Panel]:
             "Run-queue wait per core",
             "Seconds runnable tasks waited for each core, per second (/proc/schedstat): the average number "
             "of tasks queued for it, the cost of too many threads or workers. Above 1 tasks always queue.",
-            "short",
+            "suffix: s/s",
             [s.query("runqueue_wait_per_core", N, "cpu {{cpu}}")],
             width=8,
             min_value=0,
         ),
-        drawn(
+        with_unit_of(drawn(
             s, timeseries,
             "Context switches and runnable tasks",
             "Context switches per second and tasks running or blocked on IO right now.",
-            "short",
+            "count:switches/s",
             [
                 s.query("context_switches", N, "context switches/s"),
                 s.query("procs_running", N, "running"),
@@ -296,7 +299,7 @@ def cpu_panels(s: Signals) -> list[Panel]:
             ],
             width=8,
             min_value=0,
-        ),
+        ), "running|blocked", "count:tasks"),
     ]
 
 
@@ -308,7 +311,7 @@ def loader_panels() -> list[Panel]:
             "CPU by thread role",
             "CPU of each trainer, split by role: main (with num_workers=0 the main "
             "thread is the loader), data_worker, pin_memory, other; in cores.",
-            "short",
+            "percentunit",
             [
                 Query(
                     f"sum by (process, local_rank, role) (rate(bottleneck_training_cpu_seconds_total{{{N}}}[{RI}]))",
@@ -338,7 +341,7 @@ def loader_panels() -> list[Panel]:
         timeseries(
             "Threads and DataLoader workers",
             "Threads per role, and DataLoader worker processes found for each trainer.",
-            "short",
+            "count:threads",
             [
                 Query(f"bottleneck_training_threads{{{N}}}", "{{process}} r{{local_rank}} {{role}} threads"),
                 Query(
@@ -357,11 +360,11 @@ def loader_panels() -> list[Panel]:
             width=8,
             min_value=0,
         ),
-        timeseries(
+        with_unit_of(timeseries(
             "Trainer reads and involuntary switches",
             "Bytes the trainer and workers read per second, and "
             "involuntary context switches per second (preempted for lack of cores).",
-            "short",
+            "Bps",
             [
                 Query(
                     f"rate(bottleneck_training_io_read_bytes_total{{{N}}}[{RI}])",
@@ -374,7 +377,7 @@ def loader_panels() -> list[Panel]:
             ],
             width=8,
             min_value=0,
-        ),
+        ), ".* involuntary/s", "count:switches/s"),
     ]
 
 
@@ -397,7 +400,7 @@ def memory_panels(s: Signals) -> list[Panel]:
             s, timeseries,
             "Swap activity",
             "Pages swapped in and out per second; any sustained swapping during training is a bottleneck.",
-            "short",
+            "count:pages/s",
             [
                 s.query("swap_in", N, "swap in pages/s"),
                 s.query("swap_out", N, "swap out pages/s"),
@@ -431,7 +434,7 @@ def memory_panels(s: Signals) -> list[Panel]:
             "OOM kills",
             "Processes the kernel OOM killer ended, per interval: a DataLoader worker killed for memory "
             "restarts the epoch or crashes the job.",
-            "short",
+            "count:kills",
             [s.query("oom_kills", N, "OOM kills")],
             width=8,
             min_value=0,
@@ -471,7 +474,7 @@ def disk_panels(s: Signals) -> list[Panel]:
             s, timeseries,
             "Disk queue depth",
             "Average requests in flight per device (weighted IO time per second, iostat aqu-sz).",
-            "short",
+            "count:requests",
             [s.query("disk_queue", N, "{{device}}")],
             width=6,
             min_value=0,
@@ -523,7 +526,7 @@ def network_panels(s: Signals) -> list[Panel]:
             s, timeseries,
             "Errors and drops",
             "Receive/transmit errors and drops per second per interface: a bad cable, a full ring buffer.",
-            "short",
+            "pps",
             [
                 s.query("net_errors", N, "{{device}} errors/s"),
                 s.query("net_drops", N, "{{device}} drops/s"),
@@ -560,7 +563,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         *disk_panels(s),
         *network_panels(s),
     ]
-    return dashboard(
+    return with_verdict_annotations(dashboard(
         s.uid(UID),
         s.title("Bottleneck / Node"),
         "One node: GPUs with throttle and PCIe state, cores, loader "
@@ -569,4 +572,5 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         variables,
         tags=s.tags("node"),
         regenerate=regenerate,
-    )
+    ), bundle)
+

@@ -353,6 +353,16 @@ def with_value_text(panel: Panel, field: str, texts: dict[str, str]) -> Panel:
     return {**panel, "fieldConfig": {**field_config, "overrides": [*field_config["overrides"], override]}}
 
 
+def with_unit_of(panel: Panel, names: str, unit: str) -> Panel:
+    """The panel with the series or columns whose display name matches the regex ``names`` in ``unit``: a
+    panel drawing two quantities (switches per second beside a count of tasks) gives each its own."""
+    if "fieldConfig" not in panel:  # a note in place of a panel the bundle cannot draw
+        return panel
+    override = {"matcher": {"id": "byRegexp", "options": names}, "properties": [{"id": "unit", "value": unit}]}
+    field_config = panel["fieldConfig"]
+    return {**panel, "fieldConfig": {**field_config, "overrides": [*field_config["overrides"], override]}}
+
+
 def row(title: str, collapsed: bool = False) -> Panel:
     return {
         "type": "row",
@@ -363,8 +373,16 @@ def row(title: str, collapsed: bool = False) -> Panel:
     }
 
 
+# Grid units a 1080p browser window shows below the dashboard's header (a unit is 30 px plus an 8 px margin):
+# the first screen. A row that starts below it is collapsed, so a dashboard opens at what fits and loads the
+# queries of the rest only when a person opens their row.
+FIRST_SCREEN = 22
+
+
 def layout(panels: Sequence[Panel]) -> list[Panel]:
-    """Give every panel an id and a grid position: rows span the width, panels flow left to right."""
+    """Give every panel an id and a grid position: rows span the width, panels flow left to right. A row that
+    starts below the first screen is collapsed: its panels move into it (Grafana's ``panels`` of a collapsed
+    row), at the positions they take when it opens."""
     placed: list[Panel] = []
     x = y = line_height = 0
     for number, panel in enumerate(panels, start=1):
@@ -380,7 +398,31 @@ def layout(panels: Sequence[Panel]) -> list[Panel]:
             y += height
             x = line_height = 0
         placed.append(panel)
-    return placed
+    return _collapse_below_first_screen(placed)
+
+
+def _collapse_below_first_screen(placed: list[Panel]) -> list[Panel]:
+    top: list[Panel] = []
+    shift = 0  # how much higher everything sits than laid out, for the collapsed rows above it
+    collapsed: Panel | None = None
+    for panel in placed:
+        pos = panel["gridPos"]
+        if panel["type"] == "row" and pos["y"] >= FIRST_SCREEN:
+            if collapsed is not None:
+                shift += _content_height(collapsed)
+            collapsed = {**panel, "collapsed": True, "panels": [], "gridPos": {**pos, "y": pos["y"] - shift}}
+            top.append(collapsed)
+        elif collapsed is not None:
+            collapsed["panels"].append({**panel, "gridPos": {**pos, "y": pos["y"] - shift}})
+        else:
+            top.append(panel)
+    return top
+
+
+def _content_height(row: Panel) -> int:
+    """Grid units the panels of ``row`` take below it when it is open."""
+    return max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in row["panels"]), default=row["gridPos"]["y"] + 1) \
+        - row["gridPos"]["y"] - 1
 
 
 def datasource_variable() -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bottleneck_exporter.dashboards import verdict_catalogue
+from bottleneck_exporter.dashboards.annotations import with_verdict_annotations
 from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
@@ -23,10 +24,12 @@ from bottleneck_exporter.dashboards.panels import (
 from bottleneck_exporter.dashboards.signals import Signals, drawn
 from bottleneck_exporter.dashboards.thresholds import threshold
 from bottleneck_exporter.dashboards.variables import CLUSTER, cluster_variable, gpu_variable, job_variable
-from bottleneck_exporter.heuristics.catalogue import signal
+from bottleneck_exporter.heuristics.catalogue import HEURISTICS, signal
 from bottleneck_exporter.heuristics.sources import DEFAULT_BUNDLE
 
-UID = "bottleneck-training"
+UID = verdict_catalogue.JOB_VIEW
+# The panel of step time against the median draws what this verdict compares, in its unit.
+STRAGGLER = next(h for h in HEURISTICS if h.name == "StragglerRank")
 J = f'{CLUSTER}, training_job=~"$training_job", rank=~"$rank"'
 RI = "$__rate_interval"
 
@@ -129,7 +132,7 @@ def throughput_panels() -> list[Panel]:
         timeseries(
             "Samples per second",
             "Samples consumed per second by each rank and by the whole job.",
-            "short",
+            "count:samples/s",
             [
                 Query(f"sum by (rank) (rate(bottleneck_train_samples_total{{{J}}}[{RI}]))", "rank {{rank}}"),
                 Query(f"sum(rate(bottleneck_train_samples_total{{{J}}}[{RI}]))", "job total"),
@@ -141,7 +144,7 @@ def throughput_panels() -> list[Panel]:
             "Steps per second",
             "Optimizer steps per second per rank; in data-parallel training the ranks "
             "move in lockstep, so one slow rank slows them all.",
-            "short",
+            "count:steps/s",
             [Query(steps_rate(), "rank {{rank}}")],
             width=8,
             min_value=0,
@@ -153,7 +156,7 @@ def throughput_panels() -> list[Panel]:
             "above the straggler threshold in either holds the others back (slow node, throttled GPU, or its "
             "own data loading). Under synchronous DDP the all-reduce evens step times out, so there only the "
             "own work tells the slow rank.",
-            "short",
+            STRAGGLER.unit,
             [
                 Query(signal("step_vs_median", J), "rank {{rank}} ({{instance}}) step"),
                 Query(signal("own_vs_median", J), "rank {{rank}} ({{instance}}) own work"),
@@ -311,7 +314,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         height=5,
     )
     panels = [row("Verdicts"), verdicts, *step_panels(), *throughput_panels(), *gpu_panels(s), *loader_panels()]
-    return dashboard(
+    return with_verdict_annotations(dashboard(
         s.uid(UID),
         s.title("Bottleneck / Training job"),
         "One training job: step time split into data wait, "
@@ -321,4 +324,5 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         variables,
         tags=s.tags("training"),
         regenerate=regenerate,
-    )
+    ), bundle)
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bottleneck_exporter.dashboards import verdict_catalogue
+from bottleneck_exporter.dashboards.annotations import with_verdict_annotations
 from bottleneck_exporter.dashboards.panels import (
     Panel,
     Query,
@@ -112,7 +113,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         node_variable(bundle),
         job_variable(),
     ]
-    return dashboard(
+    return with_verdict_annotations(dashboard(
         s.uid(UID),
         s.title("Bottleneck / Verdict timeline"),
         "When each bottleneck verdict fired per node and job, "
@@ -121,4 +122,5 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
         variables,
         tags=s.tags("verdicts"),
         regenerate=regenerate,
-    )
+    ), bundle)
+

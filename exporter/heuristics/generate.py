@@ -10,6 +10,8 @@ Files (relative to ``--out``, default: the current directory):
     alerts/alert-rules.yml           alert rules
     docs/runbook.md                  per alert: what it means, the evidence, what to change
     tests/rules/<heuristic>.yml      promtool test rules files rendered from the scenario table
+    mixin/                           the monitoring mixin: the rules of every bundle as jsonnet, one _config of
+                                     selectors and thresholds (exporter/heuristics/mixin.py)
     prometheus/bundles/<bundle>/     the recording and alert rules of every other bundle (sources other than
                                      our own collectors: exporter/heuristics/sources.py); the files above are
                                      the bundle "bottleneck"
@@ -29,9 +31,10 @@ from typing import Any
 
 import yaml
 
+from bottleneck_exporter.heuristics import mixin
 from bottleneck_exporter.heuristics.catalogue import HEURISTICS, AlertRule, Catalogue, resolve, validate
 from bottleneck_exporter.heuristics.gotemplate import render
-from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, REACHES, CatalogueError
+from bottleneck_exporter.heuristics.model import GROUPS, PREFIX, REACHES, CatalogueError, group_name
 from bottleneck_exporter.heuristics.parameters import PARAMETERS, format_value, parse_sets
 from bottleneck_exporter.heuristics.scenarios import SCENARIOS
 from bottleneck_exporter.heuristics.scenarios.replay import Instance, Outcome, replay
@@ -95,11 +98,6 @@ _Dumper.add_representer(str, _str)
 
 def dump(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
-
-
-def group_name(area: str, reach: str, recording: bool) -> str:
-    """A rule group's name: its area, then where it can run (model.REACHES): ``bottleneck-training-cross-node``."""
-    return f"bottleneck-{area}-{reach}" + (".rules" if recording else "")
 
 
 def _group(catalogue: Catalogue, name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -318,6 +316,8 @@ def outputs(catalogue: Catalogue, tests: bool = True, for_override: str | None =
         recording, alerting = bundle_files(name)
         files[recording] = render_recording_rules(resolved)
         files[alerting] = render_alert_rules(resolved)
+    if for_override is None:
+        files.update(mixin.outputs(header("exporter/heuristics/catalogue.py", "//"), catalogue))
     if tests:
         files.update(render_rule_tests(catalogue))
         for name, resolved in bundles.items():

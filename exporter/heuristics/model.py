@@ -36,6 +36,11 @@ NODE_LABEL = "instance"
 NODE_LOCAL, CROSS_NODE = "node-local", "cross-node"
 REACHES = (NODE_LOCAL, CROSS_NODE)
 
+
+def group_name(area: str, reach: str, recording: bool) -> str:
+    """A rule group's name: its area, then where it can run (REACHES): ``bottleneck-training-cross-node``."""
+    return f"bottleneck-{area}-{reach}" + (".rules" if recording else "")
+
 PARAM = re.compile(r"\$\{([a-z0-9_]+)(?::pct)?\}")
 RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>")
 
@@ -121,7 +126,7 @@ class Heuristic:
     meaning: str  # runbook: what it means and why it matters
     evidence: str  # runbook: what to look at to confirm it
     scope: tuple[str, ...]  # labels that name the subject: ("instance", "training_job", "rank")
-    unit: str  # Grafana unit of $value: percentunit, s, celsius, short
+    unit: str  # the most specific Grafana unit of $value: percentunit, s, celsius, count:pages/s, suffix:x
     group: str
     tiers: tuple[Tier, ...] = (Tier("warning"),)
     # What the dashboards draw: the recording rules (keys) the alert compares against ``threshold`` (a

@@ -217,7 +217,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_load1`, `bottleneck_cpus`, `bottleneck_procs_running`, "
         "`bottleneck_cpu_runqueue_wait_seconds_total`.",
         compares=('load_per_cpu',), threshold="load_per_cpu",
-        scope=NODE, unit="short", group="node",
+        scope=NODE, unit="count:tasks/core", group="node",
     ),
     Heuristic(
         name="DataLoaderWorkersExceedCpus",
@@ -235,7 +235,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "fight for the cores, so adding workers makes loading slower, not faster.",
         evidence="`bottleneck_train_dataloader_num_workers` per rank, "
         "`bottleneck_training_dataloader_workers_found`, `bottleneck_cpus`.",
-        scope=NODE, unit="short", group="node",
+        scope=NODE, unit="count:workers/core", group="node",
     ),
     Heuristic(
         name="ContextSwitchStorm",
@@ -252,7 +252,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_context_switches_total`, `bottleneck_training_context_switches_total` by "
         "process, `bottleneck_training_threads`.",
         compares=('ctx_per_cpu',), threshold="context_switches_per_cpu",
-        scope=NODE, unit="short", group="node", tiers=(Tier("info"),),
+        scope=NODE, unit="count:switches/s", group="node", tiers=(Tier("info"),),
     ),
     Heuristic(
         name="MemoryPressure",
@@ -293,7 +293,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_memory_swapped_in_pages_total`, `bottleneck_memory_swapped_out_pages_total`, "
         "`bottleneck_memory_major_faults_total`.",
         compares=('swap_io',), threshold="swap_pages_per_second",
-        scope=NODE, unit="short", group="node",
+        scope=NODE, unit="count:pages/s", group="node",
     ),
     Heuristic(
         name="NetworkBound",

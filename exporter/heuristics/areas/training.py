@@ -208,7 +208,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "the recorded `job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate${rate_window}`, "
         "`instance:bottleneck_node_slowdown_cause:info`, the node alerts of the straggler's instance.",
         compares=('step_vs_median', 'own_vs_median'), threshold="straggler_factor",
-        scope=RANK, unit="short", group="training",
+        scope=RANK, unit="suffix:\u00d7", group="training",
     ),
     Heuristic(
         name="CommunicationBound",
