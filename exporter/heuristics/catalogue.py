@@ -56,7 +56,8 @@ from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, Unre
 # verdict not named here comes after these, in its area's order.
 READING_ORDER = (
     "InputBound", "LoaderSaturated", "IoBound", "GpuSawtooth",  # the input pipeline
-    "CpuSaturated", "CpuOverloaded", "DataLoaderWorkersExceedCpus", "ContextSwitchStorm",  # the CPUs that feed it
+    # the CPUs that feed it
+    "TrainerCpuThrottled", "CpuSaturated", "CpuOverloaded", "DataLoaderWorkersExceedCpus", "ContextSwitchStorm",
     "MemoryPressure", "Swapping",  # memory
     "GpuMemoryUnderused", "GpuMemoryNearlyFull", "LaunchBound",  # GPU memory and kernel launches
     "GpuThrottled", "GpuTooHot", "PcieDegraded",  # GPU health

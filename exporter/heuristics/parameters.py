@@ -125,6 +125,11 @@ PARAMETERS: dict[str, Parameter] = _parameters(
     Parameter("stall_min_seconds_critical", 1800, "Minimum silence, in seconds, for the critical stall alert: "
               "a hang this long is not a slow checkpoint and holds the job's GPUs for nothing. Needs the Unix "
               "socket (a UDP rank is forgotten after --push.job-expiry)."),
+    Parameter("cpu_throttled_periods_ratio", 0.25, "Share of CFS periods (100 ms each by default) in which a "
+              "trainer's cgroup used up its CPU limit, above which the limit holds training back "
+              "(kubernetes-mixin's CPUThrottlingHigh fires at the same 25%)."),
+    Parameter("cpu_throttled_idle_cores", 1, "Idle cores (idle and iowait, over the window) the node must "
+              "have for a throttled trainer to be held back by its CPU limit rather than by a busy node."),
 )
 
 # Every rate's and average's window, as expressions write it.

@@ -13,6 +13,7 @@ Its scenarios are in ``bottleneck_exporter.heuristics.scenarios.training``.
 
 from __future__ import annotations
 
+from bottleneck_exporter.heuristics.areas.node import THROTTLED
 from bottleneck_exporter.heuristics.model import RANK, Area, Heuristic, Record, Tier
 from bottleneck_exporter.heuristics.parameters import W
 
@@ -87,12 +88,17 @@ IO_BLOCKED = (
     "  unless on (instance) max by (instance) (<<loader_busiest>>) >= ${loader_busy_ratio}"
 )
 
+# What the input-bound verdicts leave to the others: storage holding the input back (BottleneckIoBound), and a
+# CPU limit throttling the trainer while cores idle (BottleneckTrainerCpuThrottled).
+NOT_IO_OR_LIMIT = ("\nunless on (instance) (\n  " + IO_BLOCKED + "\n)\nunless on (instance) (\n  "
+                   + THROTTLED.replace("\n", "\n  ") + "\n)")
+
 
 HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="InputBound",
         verdict="input-bound (data loading)",
-        expr="<<data_wait>> > ${data_wait_ratio}\nunless on (instance) (\n  " + IO_BLOCKED + "\n)",
+        expr="<<data_wait>> > ${data_wait_ratio}" + NOT_IO_OR_LIMIT,
         for_="5m",
         summary="Training job {{ $labels.training_job }} is input-bound: the GPU waits for the DataLoader.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for the "
@@ -106,7 +112,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_train_phase_seconds_total{phase=\"data_wait\"}` against `phase=\"step\"` per "
         "rank; the DataLoader settings in `bottleneck_train_dataloader_num_workers` and "
         "`..._pin_memory`; the loader threads' CPU in `bottleneck_training_busiest_thread_cpu_ratio`. When "
-        "the node's storage is the cause, BottleneckIoBound fires instead.",
+        "the node's storage is the cause, BottleneckIoBound fires instead, and when a CPU limit throttles the "
+        "trainer while cores idle, BottleneckTrainerCpuThrottled.",
         compares=('data_wait',), threshold="data_wait_ratio",
         scope=RANK, unit="percentunit", group="training",
     ),

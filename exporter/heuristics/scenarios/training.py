@@ -57,6 +57,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("InputBound", NOT_YET, "job_started_3m_ago_already_input_bound",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t) + process(t, main=1.0, workers=0),
         e(RANK0, 0.8)),
+    row("InputBound", NEAR_MISS, "cpu_limit_throttles_the_trainer_while_cores_idle",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, busy=0.23)
+        + process(t, cpu_limit=2.0, throttled=0.8)),
     row("IoBound", FIRES, "dataset_on_saturated_disk_loaders_idle",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
         + process(t, worker=0.2), e(RANK0, 0.8)),
