@@ -109,9 +109,10 @@ def _limiting(cgroup: CpuCgroup) -> tuple[str, float | None]:
         cores, _ = read_cfs_quota(directory, cgroup.version)
         if cores is not None:
             return directory, cores
-        if os.path.normpath(directory) == os.path.normpath(cgroup.root):
+        parent = os.path.dirname(directory)
+        if os.path.normpath(directory) == os.path.normpath(cgroup.root) or parent == directory:
             return cgroup.directory, None
-        directory = os.path.dirname(directory)
+        directory = parent
 
 
 class ThrottlingReader:
@@ -129,13 +130,14 @@ class ThrottlingReader:
         """The throttling of the cgroups ``pids`` run in; None when none of them is in a cpu cgroup we can
         see (or all are gone). Raises ProcParseError for a cgroup file that is missing, unreadable or garbled."""
         found: dict[str, tuple[CfsBandwidth, float | None]] = {}
+        read: set[str] = set()  # the processes' own cgroups done: workers mostly share the trainer's
         for pid in pids:
             seen = self._cgroup(pid)
             if seen is None:
                 continue  # gone
             text, cgroup = seen
-            if cgroup is None:
-                continue  # no cpu hierarchy mounted here
+            if cgroup is None or cgroup.directory in read:
+                continue  # no cpu hierarchy mounted here, or that cgroup is counted already
             try:
                 directory, cores = _limiting(cgroup) if os.path.isdir(cgroup.directory) else (cgroup.directory, None)
                 bandwidth = read_cfs_bandwidth(directory, cgroup.version) if directory not in found else None
@@ -144,12 +146,14 @@ class ThrottlingReader:
                     continue
                 raise
             if directory in found:
+                read.add(cgroup.directory)
                 continue
             if bandwidth is None:
                 if self._left(pid, text):
                     continue
                 raise ProcParseError(f"{directory}/cpu.stat", "missing or unreadable")
             found[directory] = (bandwidth, cores)
+            read.add(cgroup.directory)
         if not found:
             return None
         limits = [cores for _, cores in found.values() if cores is not None]
