@@ -560,3 +560,73 @@ def read_net_dev(procfs: str) -> dict[str, list[int]] | None:
             raise ProcParseError(path, f'line {number} is not "name: {NET_DEV_COLUMNS} numbers"')
         interfaces[name.strip()] = _counts(fields[:NET_DEV_COLUMNS], path, f"line {number} after the name,")
     return interfaces
+
+
+# ---- cgroup CPU controller ------------------------------------------------------------------------------
+# The CFS bandwidth files of one cgroup directory (Documentation/scheduler/sched-bwc.rst): v1 ``cpu.stat``
+# (nr_periods, nr_throttled, throttled_time in ns), ``cpu.cfs_quota_us`` (-1: no limit) and
+# ``cpu.cfs_period_us``; v2 ``cpu.stat`` (the same counts, throttled_usec in µs) and ``cpu.max``
+# ("$MAX $PERIOD", "max" for no limit). The quota is an amount of CPU time per period: quota / period cores.
+
+@dataclasses.dataclass(frozen=True)
+class CfsBandwidth:
+    """What one cgroup's CFS bandwidth control counted: periods with runnable tasks, periods in which the
+    quota ran out, and the time its tasks were held off the CPU for it (summed over the CPUs)."""
+
+    periods: int
+    throttled_periods: int
+    throttled_seconds: float
+
+
+# cpu.stat keys per cgroup version: (periods, throttled periods, throttled time), and the time's units per second.
+_CPU_STAT_KEYS = {1: ("nr_periods", "nr_throttled", "throttled_time"), 2: ("nr_periods", "nr_throttled",
+                                                                           "throttled_usec")}
+_THROTTLED_PER_SECOND = {1: 1e9, 2: 1e6}
+
+
+def read_cfs_bandwidth(directory: str, version: int) -> CfsBandwidth | None:
+    """``cpu.stat`` of a cgroup directory; None when it is missing or refuses reads. A v2 ``cpu.stat``
+    without ``nr_periods`` belongs to a cgroup whose cpu controller is off: it reads as zero periods."""
+    path = f"{directory}/cpu.stat"
+    text = _kernel_text(path)
+    if text is None:
+        return None
+    keys = _CPU_STAT_KEYS[version]
+    fields = _lines_of(text, keys, " ")
+    if version == 2 and not fields:
+        return CfsBandwidth(0, 0, 0.0)
+    for key in keys:
+        if key not in fields:
+            raise ProcParseError(path, f"no {key} line")
+    periods, throttled, held = (_count(fields[key][0] if len(fields[key]) == 1 else "", path, key) for key in keys)
+    return CfsBandwidth(periods, throttled, held / _THROTTLED_PER_SECOND[version])
+
+
+def read_cfs_quota(directory: str, version: int) -> tuple[float | None, bool]:
+    """(the cgroup's CPU limit in cores or None for no limit, whether its files were there). A v2 cgroup
+    without ``cpu.max`` (the root, or the cpu controller off) has no limit of its own."""
+    if version == 1:
+        quota_path, period_path = f"{directory}/cpu.cfs_quota_us", f"{directory}/cpu.cfs_period_us"
+        quota_text, period_text = _kernel_text(quota_path), _kernel_text(period_path)
+        if quota_text is None or period_text is None:
+            return None, False
+        quota_word = quota_text.strip()
+        if quota_word == "-1":
+            return None, True
+        quota = _count(quota_word, quota_path, "the quota")
+        period = _count(period_text.strip(), period_path, "the period")
+    else:
+        path = f"{directory}/cpu.max"
+        text = _kernel_text(path)
+        if text is None:
+            return None, False
+        words = text.split()
+        if len(words) != 2:
+            raise ProcParseError(path, 'not "$MAX $PERIOD"')
+        if words[0] == "max":
+            _count(words[1], path, "the period")
+            return None, True
+        quota, period = _count(words[0], path, "the quota"), _count(words[1], path, "the period")
+    if period == 0:
+        raise ProcParseError(period_path if version == 1 else path, "the period is 0")
+    return quota / period, True

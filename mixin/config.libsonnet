@@ -156,5 +156,15 @@
     // Minimum silence, in seconds, for the critical stall alert: a hang this long is not a slow checkpoint and
     // holds the job's GPUs for nothing. Needs the Unix socket (a UDP rank is forgotten after --push.job-expiry).
     stall_min_seconds_critical: 1800,
+    // Share of CFS periods (100 ms each by default) in which a trainer's cgroup used up its CPU limit, above which
+    // the limit holds training back (kubernetes-mixin's CPUThrottlingHigh fires at the same 25%).
+    cpu_throttled_periods_ratio: 0.25,
+    // Idle cores (idle and iowait, over the window) the node must have for a throttled trainer to be held back by
+    // its CPU limit rather than by a busy node.
+    cpu_throttled_idle_cores: 1,
+    // An input-bound rank's DataLoader workers below this share of the cores left to them (its workers plus its
+    // share of the node's idle cores, within its CPU limit less a core for the main thread) are too few: SageMaker
+    // Debugger's Dataloader rule flags fewer parallel loaders than 70% of the cores.
+    loader_workers_cores_ratio: 0.7,
   },
 }

@@ -8,6 +8,11 @@ LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start ti
     bottleneck_training_process_info{process="train.py",local_rank="0",training_job="",discovered_by="gpu"} 1.0
     bottleneck_training_cpu_seconds_total{process="train.py",local_rank="0",role="main",mode="user"} 812.4
     bottleneck_training_busiest_thread_cpu_ratio{process="train.py",local_rank="0",role="data_worker"} 0.98
+    bottleneck_training_cpu_throttled_seconds_total{process="train.py",local_rank="0"} 731.6
+
+The CPU limit of the cgroups the trainer and its workers run in, and how often it throttles them, come from
+``bottleneck_exporter.training.throttling``; a cgroup file that is missing or garbled costs only that trainer's
+throttling series, counted in ``bottleneck_training_cgroup_read_errors_total``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.kube.processes import ProcessPods, label_pods
 from bottleneck_exporter.options import Option, parse_bool, parse_positive_int, parse_regex
-from bottleneck_exporter.procfs import USER_HZ, read_uptime
+from bottleneck_exporter.procfs import USER_HZ, ProcParseError, read_uptime
 from bottleneck_exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
 from bottleneck_exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
+from bottleneck_exporter.training.throttling import Throttling, ThrottlingReader
 from bottleneck_exporter.wire.schema import JOB_LABEL
 
 log = logging.getLogger(__name__)
@@ -80,6 +86,9 @@ class TrainingCollector:
         self._dropped_logged = 0
         # namespace/pod/container of trainers that run in a pod (bottleneck_exporter.kube.processes).
         self.pods = ProcessPods(ctx.procfs, ctx.rootfs)
+        self.throttling = ThrottlingReader(ctx.procfs, ctx.sysfs)
+        self._cgroup_errors = 0
+        self._cgroup_failing: set[tuple[int, int]] = set()  # trainers whose cgroup error is logged already
         # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
         self._lock = threading.Lock()
 
@@ -104,10 +113,32 @@ class TrainingCollector:
         self._ledgers = {trainer.identity: ledger for trainer, ledger in reported}
         return reported
 
+    def _throttling(self, reported: list[tuple[Trainer, TrainerLedger]]) -> dict[tuple[int, int], Throttling]:
+        """Per trainer, its cgroups' throttling; a trainer whose cgroup files fail gets none (counted, and
+        logged once until it reads again)."""
+        found: dict[tuple[int, int], Throttling] = {}
+        for trainer, _ in reported:
+            try:
+                throttling = self.throttling.read([trainer.pid, *trainer.worker_pids])
+            except ProcParseError as error:
+                self._cgroup_errors += 1
+                if trainer.identity not in self._cgroup_failing:
+                    log.warning("no CPU throttling series for %s (pid %d): %s (logged again only after it "
+                                "reads)", trainer.process, trainer.pid, error)
+                    self._cgroup_failing.add(trainer.identity)
+                continue
+            self._cgroup_failing.discard(trainer.identity)
+            if throttling is not None:
+                found[trainer.identity] = throttling
+        self._cgroup_failing &= {trainer.identity for trainer, _ in reported}
+        return found
+
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             reported = self._sample()
             pods = self.pods.identify((trainer.identity, trainer.pid) for trainer, _ in reported)
+            throttled = self._throttling(reported)
+            cgroup_errors = self._cgroup_errors
         labels = disambiguate([trainer for trainer, _ in reported])
 
         info = GaugeMetricFamily("bottleneck_training_process_info",
@@ -139,6 +170,25 @@ class TrainingCollector:
                                          "(/proc/PID/io write_bytes).", labels=_LABELS)
         workers = GaugeMetricFamily("bottleneck_training_dataloader_workers_found",
                                     "DataLoader worker processes found for the trainer.", labels=_LABELS)
+        limit = GaugeMetricFamily("bottleneck_training_cpu_limit_cores",
+                                  "CPU limit (CFS quota / period, in cores) of the cgroups the trainer and its "
+                                  "workers run in; absent when none of them has a limit.", labels=_LABELS)
+        periods = CounterMetricFamily("bottleneck_training_cpu_periods_total",
+                                      "CFS enforcement periods in which the trainer's cgroups had tasks to run "
+                                      "(cpu.stat nr_periods).", labels=_LABELS)
+        throttled_periods = CounterMetricFamily("bottleneck_training_cpu_throttled_periods_total",
+                                                "CFS periods in which the trainer's cgroups used up their CPU "
+                                                "limit and were throttled (cpu.stat nr_throttled).",
+                                                labels=_LABELS)
+        throttled_seconds = CounterMetricFamily("bottleneck_training_cpu_throttled_seconds_total",
+                                                "Time the trainer's cgroups were held off the CPU by their CPU "
+                                                "limit, summed over CPUs (cpu.stat throttled_time or "
+                                                "throttled_usec).", labels=_LABELS)
+        cgroup_errors_family = CounterMetricFamily("bottleneck_training_cgroup_read_errors_total",
+                                                   "Reads of a trainer's cgroup CPU files that failed (missing, "
+                                                   "unreadable or garbled): that trainer's throttling series are "
+                                                   "left out of that scrape.")
+        cgroup_errors_family.add_metric([], cgroup_errors)
 
         for trainer, ledger in reported:
             base = list(labels[trainer.identity])
@@ -158,9 +208,18 @@ class TrainingCollector:
                 io_read.add_metric(base, ledger.io_read_bytes)
                 io_written.add_metric(base, ledger.io_written_bytes)
             workers.add_metric(base, ledger.workers_found)
+            throttling = throttled.get(trainer.identity)
+            if throttling is not None:
+                if throttling.limit_cores is not None:
+                    limit.add_metric(base, throttling.limit_cores)
+                periods.add_metric(base, throttling.periods)
+                throttled_periods.add_metric(base, throttling.throttled_periods)
+                throttled_seconds.add_metric(base, throttling.throttled_seconds)
 
-        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers)
+        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers, limit, periods,
+                    throttled_periods, throttled_seconds)
         label_pods(families, {labels[identity]: pod for identity, pod in pods.items()}, tuple(_LABELS), info)
         for family in families:
             if family.samples:
                 yield family
+        yield cgroup_errors_family

@@ -15,6 +15,10 @@ function(p) {
         ")",
         "and on (" + p.cluster_label + ", instance)",
         "max by (" + p.cluster_label + ", instance) (instance_gpu:bottleneck_gpu_utilization:avg" + p.rate_window + ") < " + p.loader_gpu_util_max,
+        "unless on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
       ]),
       "for": "5m",
       labels: {
@@ -26,6 +30,27 @@ function(p) {
         verdict: "input-bound (data loading)",
         advice: "Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
         runbook_url: p.runbook_base_url + "#bottleneckloadersaturated",
+      },
+    },
+    {
+      alert: "BottleneckTrainerCpuThrottled",
+      expr: std.join('\n', [
+        "bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces,
+        "and on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CPU limit of {{ $labels.process }} on {{ $labels.instance }} throttles it while cores idle.",
+        description: "{{ $labels.process }} (local rank {{ $labels.local_rank }}) and its DataLoader workers on {{ $labels.instance }} are held to a CPU limit of {{ $value | humanize1024 }} cores by their cgroup's CFS quota and are throttled in more than " + p.cpu_throttled_periods_ratio_pct + " of its periods, each time waiting for the next period, while at least " + p.cpu_throttled_idle_cores + " of the node's cores idle.",
+        verdict: "CPU limit throttling (cgroup CFS quota)",
+        advice: "Raise or remove the CPU limit of the training pods (resources.limits.cpu; keep the request), or match num_workers to the limit (the main thread and the workers share it: about one core each); for whole cores of their own, run the kubelet with cpu-manager-policy=static and give Guaranteed training pods whole-core requests equal to their limits.",
+        runbook_url: p.runbook_base_url + "#bottlenecktrainercputhrottled",
       },
     },
     {
@@ -202,6 +227,10 @@ function(p) {
         ")",
         "and on (" + p.cluster_label + ", instance)",
         "max by (" + p.cluster_label + ", instance) (instance_gpu:bottleneck_gpu_utilization:avg" + p.rate_window + ") < " + p.loader_gpu_util_max,
+        "unless on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
       ]),
       "for": "5m",
       labels: {
@@ -213,6 +242,27 @@ function(p) {
         verdict: "input-bound (data loading)",
         advice: "Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
         runbook_url: p.runbook_base_url + "#bottleneckloadersaturated",
+      },
+    },
+    {
+      alert: "BottleneckTrainerCpuThrottled",
+      expr: std.join('\n', [
+        "bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces,
+        "and on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CPU limit of {{ $labels.process }} on {{ $labels.instance }} throttles it while cores idle.",
+        description: "{{ $labels.process }} (local rank {{ $labels.local_rank }}) and its DataLoader workers on {{ $labels.instance }} are held to a CPU limit of {{ $value | humanize1024 }} cores by their cgroup's CFS quota and are throttled in more than " + p.cpu_throttled_periods_ratio_pct + " of its periods, each time waiting for the next period, while at least " + p.cpu_throttled_idle_cores + " of the node's cores idle.",
+        verdict: "CPU limit throttling (cgroup CFS quota)",
+        advice: "Raise or remove the CPU limit of the training pods (resources.limits.cpu; keep the request), or match num_workers to the limit (the main thread and the workers share it: about one core each); for whole cores of their own, run the kubelet with cpu-manager-policy=static and give Guaranteed training pods whole-core requests equal to their limits.",
+        runbook_url: p.runbook_base_url + "#bottlenecktrainercputhrottled",
       },
     },
     {
@@ -389,6 +439,10 @@ function(p) {
         ")",
         "and on (" + p.cluster_label + ", instance)",
         "max by (" + p.cluster_label + ", instance) (instance_gpu:bottleneck_gpu_utilization:avg" + p.rate_window + ") < " + p.loader_gpu_util_max,
+        "unless on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
       ]),
       "for": "5m",
       labels: {
@@ -400,6 +454,27 @@ function(p) {
         verdict: "input-bound (data loading)",
         advice: "Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
         runbook_url: p.runbook_base_url + "#bottleneckloadersaturated",
+      },
+    },
+    {
+      alert: "BottleneckTrainerCpuThrottled",
+      expr: std.join('\n', [
+        "bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces,
+        "and on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CPU limit of {{ $labels.process }} on {{ $labels.instance }} throttles it while cores idle.",
+        description: "{{ $labels.process }} (local rank {{ $labels.local_rank }}) and its DataLoader workers on {{ $labels.instance }} are held to a CPU limit of {{ $value | humanize1024 }} cores by their cgroup's CFS quota and are throttled in more than " + p.cpu_throttled_periods_ratio_pct + " of its periods, each time waiting for the next period, while at least " + p.cpu_throttled_idle_cores + " of the node's cores idle.",
+        verdict: "CPU limit throttling (cgroup CFS quota)",
+        advice: "Raise or remove the CPU limit of the training pods (resources.limits.cpu; keep the request), or match num_workers to the limit (the main thread and the workers share it: about one core each); for whole cores of their own, run the kubelet with cpu-manager-policy=static and give Guaranteed training pods whole-core requests equal to their limits.",
+        runbook_url: p.runbook_base_url + "#bottlenecktrainercputhrottled",
       },
     },
     {
@@ -576,6 +651,10 @@ function(p) {
         ")",
         "and on (" + p.cluster_label + ", instance)",
         "max by (" + p.cluster_label + ", instance) (instance_gpu:bottleneck_gpu_utilization:avg" + p.rate_window + ") < " + p.loader_gpu_util_max,
+        "unless on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
       ]),
       "for": "5m",
       labels: {
@@ -587,6 +666,27 @@ function(p) {
         verdict: "input-bound (data loading)",
         advice: "Raise DataLoader num_workers (num_workers=0 makes the main thread the loader), set pin_memory=True and persistent_workers=True; make transforms cheaper or move them to the GPU.",
         runbook_url: p.runbook_base_url + "#bottleneckloadersaturated",
+      },
+    },
+    {
+      alert: "BottleneckTrainerCpuThrottled",
+      expr: std.join('\n', [
+        "bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces,
+        "and on (" + p.cluster_label + ", instance, process, local_rank) (",
+        "  instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window + " > " + p.cpu_throttled_periods_ratio,
+        "  and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
+        ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CPU limit of {{ $labels.process }} on {{ $labels.instance }} throttles it while cores idle.",
+        description: "{{ $labels.process }} (local rank {{ $labels.local_rank }}) and its DataLoader workers on {{ $labels.instance }} are held to a CPU limit of {{ $value | humanize1024 }} cores by their cgroup's CFS quota and are throttled in more than " + p.cpu_throttled_periods_ratio_pct + " of its periods, each time waiting for the next period, while at least " + p.cpu_throttled_idle_cores + " of the node's cores idle.",
+        verdict: "CPU limit throttling (cgroup CFS quota)",
+        advice: "Raise or remove the CPU limit of the training pods (resources.limits.cpu; keep the request), or match num_workers to the limit (the main thread and the workers share it: about one core each); for whole cores of their own, run the kubelet with cpu-manager-policy=static and give Guaranteed training pods whole-core requests equal to their limits.",
+        runbook_url: p.runbook_base_url + "#bottlenecktrainercputhrottled",
       },
     },
     {

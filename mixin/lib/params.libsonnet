@@ -42,6 +42,9 @@ local numbers = [
   "stall_min_seconds",
   "stall_factor_critical",
   "stall_min_seconds_critical",
+  "cpu_throttled_periods_ratio",
+  "cpu_throttled_idle_cores",
+  "loader_workers_cores_ratio",
 ];
 
 local texts = [

@@ -105,6 +105,14 @@ function(p) {
       ]),
     },
     {
+      record: "instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_training_cpu_throttled_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_training_cpu_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
       record: "instance:bottleneck_training_processes:count",
       expr: std.join('\n', [
         "count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
@@ -212,6 +220,14 @@ function(p) {
         "instance_process:bottleneck_training_loader_cpu:rate" + p.rate_window,
         "/",
         "(instance_process:bottleneck_training_loader_cpu:rate" + p.rate_window + " + on (" + p.cluster_label + ", instance) group_left () instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_training_cpu_throttled_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_training_cpu_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
       ]),
     },
     {
@@ -325,6 +341,14 @@ function(p) {
       ]),
     },
     {
+      record: "instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_training_cpu_throttled_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_training_cpu_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
       record: "instance:bottleneck_training_processes:count",
       expr: std.join('\n', [
         "count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
@@ -432,6 +456,14 @@ function(p) {
         "instance_process:bottleneck_training_loader_cpu:rate" + p.rate_window,
         "/",
         "(instance_process:bottleneck_training_loader_cpu:rate" + p.rate_window + " + on (" + p.cluster_label + ", instance) group_left () instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_training_cpu_throttled_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_training_cpu_periods_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
       ]),
     },
     {

@@ -84,6 +84,46 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
+        "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
+        "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance) group_left ()",
+        "(",
+        "  instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
+        "  / on (" + p.cluster_label + ", instance)",
+        "  count by (" + p.cluster_label + ", instance) (bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_within_limit:max",
+      expr: std.join('\n', [
+        "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
+        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -170,6 +210,46 @@ function(p) {
         "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
+        "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
+        "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance) group_left ()",
+        "(",
+        "  instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
+        "  / on (" + p.cluster_label + ", instance)",
+        "  count by (" + p.cluster_label + ", instance) (bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_within_limit:max",
+      expr: std.join('\n', [
+        "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
+        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {
@@ -262,6 +342,46 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
+        "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
+        "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance) group_left ()",
+        "(",
+        "  instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
+        "  / on (" + p.cluster_label + ", instance)",
+        "  count by (" + p.cluster_label + ", instance) (bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_within_limit:max",
+      expr: std.join('\n', [
+        "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
+        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -348,6 +468,46 @@ function(p) {
         "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
+        "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
+        "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance) group_left ()",
+        "(",
+        "  instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
+        "  / on (" + p.cluster_label + ", instance)",
+        "  count by (" + p.cluster_label + ", instance) (bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_within_limit:max",
+      expr: std.join('\n', [
+        "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
+        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
+      expr: std.join('\n', [
+        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {

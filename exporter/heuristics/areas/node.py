@@ -4,8 +4,8 @@ Reads our host collectors' series (``bottleneck_cpu_*``, ``bottleneck_memory_*``
 ``bottleneck_disk_*``, ``bottleneck_network_*``) or node_exporter's (each record's ``sources``), and the
 training collector's per-process series (``bottleneck_training_*``). Exposes ``AREA``: the ``instance``
 recording rules, the dashboards' host signals and the verdicts of the alert group ``bottleneck-node``
-(loader saturated, CPU saturated or overloaded, oversubscribed, context-switch storm, memory pressure,
-swapping, network-bound)::
+(loader saturated, CPU limit throttling, CPU saturated or overloaded, oversubscribed, context-switch storm,
+memory pressure, swapping, network-bound)::
 
     instance:bottleneck_cpu_busy:ratio_rate5m{instance="gpu-node-1:9847",job="bottleneck-exporter"} 0.97
     ALERTS{alertname="BottleneckCpuSaturated",alertstate="firing",instance="gpu-node-1:9847",severity="warning"} 1
@@ -96,6 +96,11 @@ RECORDS: tuple[Record, ...] = (
            f"[{W}]))", "node"),
     Record("loader_cpu_of_available", f"instance_process:bottleneck_training_loader_cpu:ratio_of_available_rate{W}",
            "<<loader_cpu>>\n/\n(<<loader_cpu>> + on (instance) group_left () <<cpu_free_cores>>)", "node"),
+    # Share of the CFS periods in which a trainer's cgroups ran out of their CPU limit (NaN, so never above a
+    # threshold, while the cgroups have nothing to run).
+    Record("trainer_throttled", f"instance_process:bottleneck_training_cpu_throttled_periods:ratio_rate{W}",
+           f"rate(bottleneck_training_cpu_throttled_periods_total[{W}])\n/\n"
+           f"rate(bottleneck_training_cpu_periods_total[{W}])", "node"),
     Record("training_processes", "instance:bottleneck_training_processes:count",
            "count by (instance) (bottleneck_train_info)\nor\ncount by (instance) (bottleneck_training_process_info)",
            "node"),
@@ -145,6 +150,11 @@ SIGNALS: tuple[Signal, ...] = (
 # training bottleneck.
 WHERE_A_JOB_TRAINS = "\nand on (instance) <<training_processes>>"
 
+# A trainer's CPU limit throttles it while cores of the node idle: the limit, not the node, holds it back.
+# The input-bound verdicts yield to it (their advice, more workers, would only share the same quota).
+THROTTLED = ("<<trainer_throttled>> > ${cpu_throttled_periods_ratio}\n"
+             "and on (instance) <<cpu_free_cores>> >= ${cpu_throttled_idle_cores}")
+
 
 HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
@@ -153,7 +163,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         expr="(\n  <<loader_busiest>> >= ${loader_busy_ratio}\n  or\n"
         "  <<loader_cpu_of_available>> >= ${loader_busy_ratio}\n"
         "  and on (instance) sum by (instance) (<<loader_cpu>>) / on (instance) <<cpu_busy_cores>> "
-        ">= ${loader_cpu_share}\n)\nand on (instance)\nmax by (instance) (<<gpu_util>>) < ${loader_gpu_util_max}",
+        ">= ${loader_cpu_share}\n)\nand on (instance)\nmax by (instance) (<<gpu_util>>) < ${loader_gpu_util_max}\n"
+        "unless on (instance, process, local_rank) (\n  " + THROTTLED.replace("\n", "\n  ") + "\n)",
         for_="5m",
         summary="The DataLoader of {{ $labels.process }} on {{ $labels.instance }} uses all the CPU it can get "
         "while the GPUs idle.",
@@ -170,7 +181,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "not used by others and at least ${loader_cpu_share:pct} of the node's busy CPU time.",
         evidence="`bottleneck_training_busiest_thread_cpu_ratio` by role, "
         "`bottleneck_training_cpu_seconds_total{role=\"data_worker\"}` against `bottleneck_cpu_seconds_total`, "
-        "`bottleneck_training_dataloader_workers_found`, `bottleneck_gpu_utilization_ratio`.",
+        "`bottleneck_training_dataloader_workers_found`, `bottleneck_gpu_utilization_ratio`. When the "
+        "loaders' CPU limit throttles them while cores idle, BottleneckTrainerCpuThrottled fires instead.",
         compares=('loader_busiest', 'loader_cpu_of_available'), threshold="loader_busy_ratio",
         scope=("instance", "process", "local_rank"), unit="percentunit", group="node",
     ),
@@ -201,6 +213,36 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "`bottleneck_gpu_utilization_ratio`, the ranks' data wait.",
         compares=('cpu_busy',), threshold="cpu_busy_ratio",
         scope=NODE, unit="percentunit", group="node",
+    ),
+    Heuristic(
+        name="TrainerCpuThrottled",
+        verdict="CPU limit throttling (cgroup CFS quota)",
+        # $value is the limit in cores; humanize1024 prints it plainly (0.2, 4) where humanize says 200m.
+        expr="bottleneck_training_cpu_limit_cores\nand on (instance, process, local_rank) (\n  "
+        + THROTTLED.replace("\n", "\n  ") + "\n)",
+        for_="10m",
+        summary="The CPU limit of {{ $labels.process }} on {{ $labels.instance }} throttles it while cores idle.",
+        description="{{ $labels.process }} (local rank {{ $labels.local_rank }}) and its DataLoader workers on "
+        "{{ $labels.instance }} are held to a CPU limit of {{ $value | humanize1024 }} cores by their cgroup's CFS "
+        "quota and are throttled in more than ${cpu_throttled_periods_ratio:pct} of its periods, each time "
+        "waiting for the next period, while at least ${cpu_throttled_idle_cores} of the node's cores idle.",
+        advice="Raise or remove the CPU limit of the training pods (resources.limits.cpu; keep the request), "
+        "or match num_workers to the limit (the main thread and the workers share it: about one core each); "
+        "for whole cores of their own, run the kubelet with cpu-manager-policy=static and give Guaranteed "
+        "training pods whole-core requests equal to their limits.",
+        meaning="Not CPU saturation: the node has idle cores, but the trainer's cgroup may use only its quota "
+        "of CPU time per CFS period (100 ms by default; quota / period is the limit in cores). Once the trainer, "
+        "its DataLoader workers and their threads use it up, every one of them waits for the next period, "
+        "so batches come late and the GPU waits, while `top` shows a node far from 100%. More workers make it "
+        "worse: they share the same quota. The cost is the throttled time: "
+        "`rate(bottleneck_training_cpu_throttled_seconds_total[5m])` is the CPU time per second the limit "
+        "withheld, summed over CPUs.",
+        evidence="`bottleneck_training_cpu_limit_cores`, `bottleneck_training_cpu_throttled_periods_total` "
+        "against `bottleneck_training_cpu_periods_total`, `bottleneck_training_cpu_throttled_seconds_total`, "
+        "the node's idle CPU in `bottleneck_cpu_seconds_total`, the loaders' CPU in "
+        "`bottleneck_training_cpu_seconds_total{role=\"data_worker\"}`; in Kubernetes the pod's "
+        "`resources.limits.cpu`.",
+        scope=("instance", "process", "local_rank"), unit="short", group="node",
     ),
     Heuristic(
         name="CpuOverloaded",

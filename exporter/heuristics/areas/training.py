@@ -3,7 +3,7 @@
 Reads the push receiver's per-rank series (``bottleneck_train_*``: phases, steps, GPU busy time, the last
 step's time), and for the input-bound and IO-bound verdicts the node's storage and loader records. Exposes
 ``AREA``: the ``job_rank`` recording rules and the verdicts of the alert group ``bottleneck-training``
-(input-bound, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound, stalled)::
+(input-bound, too few loader workers, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound, stalled)::
 
     job_rank:bottleneck_train_data_wait:ratio_rate5m{instance="gpu-node-1:9847",rank="0",training_job="resnet50"} 0.8
     ALERTS{alertname="BottleneckInputBound",alertstate="firing",rank="0",severity="warning",training_job="resnet50"} 1
@@ -13,6 +13,7 @@ Its scenarios are in ``bottleneck_exporter.heuristics.scenarios.training``.
 
 from __future__ import annotations
 
+from bottleneck_exporter.heuristics.areas.node import THROTTLED
 from bottleneck_exporter.heuristics.model import RANK, Area, Heuristic, Record, Tier
 from bottleneck_exporter.heuristics.parameters import W
 
@@ -81,6 +82,22 @@ RECORDS: tuple[Record, ...] = (
     Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
            "<<phase_excess>>\n== on (instance, training_job, rank) group_left ()\n"
            "max by (instance, training_job, rank) (<<phase_excess>>)", "training"),
+    # A rank's CPU limit: that of the training process with its LOCAL_RANK on its node.
+    Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_cores:max",
+           "max by (instance, job, training_job, rank) (\n  0 * bottleneck_train_info\n"
+           "  + on (instance, local_rank) group_left ()\n"
+           "  max by (instance, local_rank) (bottleneck_training_cpu_limit_cores)\n)", "training"),
+    # The cores a rank's DataLoader workers could use: the workers it has plus its share of the node's idle
+    # cores, and no more than its CPU limit less a core for its main thread (the lower of the two).
+    Record("loader_cores_idle", f"job_rank:bottleneck_train_loader_cores_with_idle:rate{W}",
+           "bottleneck_train_dataloader_num_workers\n+ on (instance) group_left ()\n(\n  <<cpu_free_cores>>\n"
+           "  / on (instance)\n  count by (instance) (bottleneck_train_dataloader_num_workers)\n)", "training"),
+    Record("loader_cores_limit", "job_rank:bottleneck_train_loader_cores_within_limit:max",
+           "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
+           "(<<rank_cpu_limit>> - 1)", "training"),
+    Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
+           "(<<loader_cores_idle>> <= <<loader_cores_limit>>)\nor\n<<loader_cores_limit>>\nor\n<<loader_cores_idle>>",
+           "training"),
     Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
@@ -95,17 +112,31 @@ IO_BLOCKED = (
     "  unless on (instance) max by (instance) (<<loader_busiest>>) >= ${loader_busy_ratio}"
 )
 
+# An input-bound rank whose workers use well under the cores left to them (SageMaker's Dataloader rule), and
+# one more worker would still fit.
+TOO_FEW_WORKERS = (
+    "bottleneck_train_dataloader_num_workers < ${loader_workers_cores_ratio} * <<loader_cores_left>>\n"
+    "  and bottleneck_train_dataloader_num_workers + 1 <= <<loader_cores_left>>\n"
+    "  and on (instance, training_job, rank) <<data_wait>> > ${data_wait_ratio}"
+)
+
+# What the input-bound verdicts leave to the others: storage holding the input back (BottleneckIoBound), and a
+# CPU limit throttling the trainer while cores idle (BottleneckTrainerCpuThrottled).
+NOT_IO_OR_LIMIT = ("\nunless on (instance) (\n  " + IO_BLOCKED + "\n)\nunless on (instance) (\n  "
+                   + THROTTLED.replace("\n", "\n  ") + "\n)")
+
 
 HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="InputBound",
         verdict="input-bound (data loading)",
-        expr="<<data_wait>> > ${data_wait_ratio}\nunless on (instance) (\n  " + IO_BLOCKED + "\n)",
+        expr="<<data_wait>> > ${data_wait_ratio}" + NOT_IO_OR_LIMIT,
         for_="5m",
         summary="Training job {{ $labels.training_job }} is input-bound: the GPU waits for the DataLoader.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for the "
         "next batch {{ $value | humanizePercentage }} of every step (threshold ${data_wait_ratio:pct}).",
-        advice="Raise DataLoader num_workers (4, 8, 16; not above the free cores), set pin_memory=True, "
+        advice="Raise DataLoader num_workers (4, 8, 16; not above the free cores: where the node has idle cores "
+        "for them, BottleneckTooFewLoaderWorkers names the number), set pin_memory=True, "
         "persistent_workers=True and a prefetch_factor; make transforms cheaper or move augmentation to "
         "the GPU.",
         meaning="The training loop spends most of each step inside the DataLoader iterator: the model is "
@@ -114,9 +145,38 @@ HEURISTICS: tuple[Heuristic, ...] = (
         evidence="`bottleneck_train_phase_seconds_total{phase=\"data_wait\"}` against `phase=\"step\"` per "
         "rank; the DataLoader settings in `bottleneck_train_dataloader_num_workers` and "
         "`..._pin_memory`; the loader threads' CPU in `bottleneck_training_busiest_thread_cpu_ratio`. When "
-        "the node's storage is the cause, BottleneckIoBound fires instead.",
+        "the node's storage is the cause, BottleneckIoBound fires instead, and when a CPU limit throttles the "
+        "trainer while cores idle, BottleneckTrainerCpuThrottled; when the rank's workers use well under the "
+        "cores left to them, BottleneckTooFewLoaderWorkers fires beside it with the num_workers to set.",
         compares=('data_wait',), threshold="data_wait_ratio",
         scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="TooFewLoaderWorkers",
+        verdict="input-bound (too few DataLoader workers)",
+        expr="<<loader_cores_left>> - <<loader_cores_left>> % 1\nand on (instance, training_job, rank) (\n  "
+        + TOO_FEW_WORKERS + "\n)" + NOT_IO_OR_LIMIT,
+        for_="5m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} waits for data with cores to spare: "
+        "set num_workers={{ $value | humanize }}.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for "
+        "the next batch more than ${data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
+        "than ${loader_workers_cores_ratio:pct} of the cores left to them; num_workers={{ $value | humanize }} "
+        "uses those cores (its workers now plus its share of the node's idle cores, within its CPU limit less a "
+        "core for the main thread).",
+        advice="Set DataLoader num_workers to the number this verdict names (its summary and evidence: the "
+        "rank's workers plus its share of the node's idle cores, within its CPU limit less one core for the "
+        "main thread), with persistent_workers=True and pin_memory=True; then look again: a rank that still "
+        "waits needs cheaper transforms or GPU-side augmentation.",
+        meaning="The rank is input-bound and its loaders are not what is short of CPU: the node has idle cores "
+        "the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
+        "parallel loaders than 70% of the cores). The number to set is computed, not guessed: the workers the "
+        "rank has, plus the node's idle cores shared among the ranks on the node, and no more than the CPU "
+        "limit of its cgroup (`bottleneck_training_cpu_limit_cores`) less one core for the main thread.",
+        evidence="`bottleneck_train_dataloader_num_workers` per rank, the data wait in "
+        "`bottleneck_train_phase_seconds_total{phase=\"data_wait\"}`, the node's idle CPU in "
+        "`bottleneck_cpu_seconds_total`, `bottleneck_training_cpu_limit_cores` where a limit applies.",
+        scope=RANK, unit="short", group="training",
     ),
     Heuristic(
         name="IoBound",

@@ -198,11 +198,13 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
 
 def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
-            workers_cpu: float | None = None) -> list[Series]:
+            workers_cpu: float | None = None, cpu_limit: float | None = None,
+            throttled: float = 0.0) -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
 
     ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
-    together) adds the workers' CPU time counter."""
+    together) adds the workers' CPU time counter. ``cpu_limit`` (cores) adds its cgroup's CFS bandwidth:
+    100 ms periods, the share ``throttled`` of them throttled."""
     target = {"instance": instance, "job": EXPORTER_JOB}
     proc = {"process": "train.py", "local_rank": local_rank}
 
@@ -224,6 +226,14 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
         out.append(series("bottleneck_training_cpu_seconds_total",
                           {**target, **proc, "role": "data_worker", "mode": "user"},
                           [None if alive_until is not None and m >= alive_until else c for m, c in enumerate(cpu)]))
+    if cpu_limit is not None:
+        periods = 10.0  # per second: the default 100 ms period, with runnable tasks in every one
+        out += [
+            series("bottleneck_training_cpu_limit_cores", {**target, **proc}, present(cpu_limit)),
+            series("bottleneck_training_cpu_periods_total", {**target, **proc}, counter(tl, periods)),
+            series("bottleneck_training_cpu_throttled_periods_total", {**target, **proc},
+                   counter(tl, throttled * periods)),
+        ]
     return out
 
 

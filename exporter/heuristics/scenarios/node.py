@@ -40,6 +40,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         + gpu(t, util=0.1)),
     row("LoaderSaturated", NOT_YET, "trainer_started_recently",
         lambda t: process(t, main=0.98, workers=0) + gpu(t, util=0.1), e(PROC0, 0.98)),
+    row("LoaderSaturated", NEAR_MISS, "cpu_limit_throttles_the_pegged_main_thread_while_cores_idle",
+        lambda t: process(t, main=0.98, workers=0, cpu_limit=1.0, throttled=0.9) + node(t, busy=0.2)
+        + gpu(t, util=0.1)),
+    # -- CPU limits ----------------------------------------------------------------------------------------------------
+    row("TrainerCpuThrottled", FIRES, "pod_limit_of_2_cores_throttles_the_loaders_while_6_cores_idle",
+        lambda t: process(t, cpu_limit=2.0, throttled=0.6) + node(t, busy=0.23) + gpu(t, util=0.2),
+        e(PROC0, 2.0)),
+    row("TrainerCpuThrottled", FIRES, "pegged_main_thread_held_to_one_core_is_throttling_not_a_saturated_loader",
+        lambda t: process(t, main=0.98, workers=0, cpu_limit=1.0, throttled=0.9) + node(t, busy=0.2)
+        + gpu(t, util=0.1), e(PROC0, 1.0)),
+    row("TrainerCpuThrottled", NEAR_MISS, "limit_reached_in_20pct_of_periods",
+        lambda t: process(t, cpu_limit=2.0, throttled=0.2) + node(t, busy=0.23)),
+    row("TrainerCpuThrottled", NEAR_MISS, "throttled_on_a_node_without_an_idle_core",
+        lambda t: process(t, cpu_limit=2.0, throttled=0.6) + node(t, busy=0.92, iowait=0.0)),
+    row("TrainerCpuThrottled", NOT_YET, "limited_pod_started_recently",
+        lambda t: process(t, cpu_limit=2.0, throttled=0.6) + node(t, busy=0.23), e(PROC0, 2.0)),
     # -- CPU -----------------------------------------------------------------------------------------------------------
     row("CpuSaturated", FIRES, "cores_95pct_busy_gpu_underfed",
         lambda t: node(t, busy=0.95, iowait=0.0) + gpu(t, util=0.2) + process(t), e(NODE1, 0.95)),
@@ -55,6 +71,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         + process(t)),
     row("CpuSaturated", NEAR_MISS, "saturated_and_queueing_but_no_job_trains_on_the_node",
         lambda t: node(t, busy=0.97, iowait=0.0, cpu_pressure=0.9) + gpu(t, util=0.2)),
+    row("CpuSaturated", NEAR_MISS, "cpu_limit_throttles_the_trainer_on_a_node_with_idle_cores",
+        lambda t: node(t, busy=0.3, iowait=0.0) + rank(t, data_wait=0.4, forward=0.04, optimizer=0.01)
+        + process(t, cpu_limit=2.0, throttled=0.8) + gpu(t, util=0.2)),
     row("CpuSaturated", NEAR_MISS, "cores_88pct_busy",
         lambda t: node(t, busy=0.88, iowait=0.0) + gpu(t, util=0.2) + process(t)),
     row("CpuSaturated", NEAR_MISS, "iowait_is_not_busy",

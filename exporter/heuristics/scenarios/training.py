@@ -67,6 +67,30 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("InputBound", NOT_YET, "job_started_3m_ago_already_input_bound",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t) + process(t, main=1.0, workers=0),
         e(RANK0, 0.8)),
+    row("InputBound", NEAR_MISS, "cpu_limit_throttles_the_trainer_while_cores_idle",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, busy=0.23)
+        + process(t, cpu_limit=2.0, throttled=0.8)),
+    row("TooFewLoaderWorkers", FIRES, "two_workers_wait_while_6_cores_idle",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2) + node(t, busy=0.25)
+        + process(t, workers=2), e(RANK0, 8)),
+    row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_caps_the_workers_at_3",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
+        + process(t, workers=1, cpu_limit=4.0, throttled=0.1), e(RANK0, 3)),
+    row("TooFewLoaderWorkers", NEAR_MISS, "workers_already_use_the_cores_left",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=6) + node(t, busy=0.9, iowait=0.0)
+        + process(t, workers=6)),
+    row("TooFewLoaderWorkers", NEAR_MISS, "two_ranks_with_5_workers_share_4_idle_cores",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=5)
+        + rank(t, rank_="1", data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=5)
+        + node(t, busy=0.5, iowait=0.0)),
+    row("TooFewLoaderWorkers", NEAR_MISS, "cpu_limit_leaves_no_core_for_another_worker",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2) + node(t, busy=0.25)
+        + process(t, workers=2, cpu_limit=3.0, throttled=0.1)),
+    row("TooFewLoaderWorkers", NEAR_MISS, "rank_not_input_bound",
+        lambda t: rank(t, data_wait=0.1, num_workers=1) + node(t, busy=0.25) + process(t, workers=1)),
+    row("TooFewLoaderWorkers", NOT_YET, "job_started_recently",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2) + node(t, busy=0.25)
+        + process(t, workers=2), e(RANK0, 8)),
     row("IoBound", FIRES, "dataset_on_saturated_disk_loaders_idle",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
         + process(t, worker=0.2), e(RANK0, 0.8)),
