@@ -60,6 +60,7 @@ READING_ORDER = (
     "MemoryPressure", "Swapping",  # memory
     "GpuMemoryUnderused", "GpuMemoryNearlyFull", "LaunchBound",  # GPU memory and kernel launches
     "GpuThrottled", "GpuTooHot", "PcieDegraded",  # GPU health
+    "GpuHeldIdle", "RankOnFarSocket",  # GPUs held for nothing, ranks far from their GPU
     "GpuImbalance", "StragglerRank", "NetworkBound", "CommunicationBound",  # the job across its ranks
     "TrainingStalled",  # stalls
     "GpuLost", "GpuUncorrectableErrors", "GpuXidFatal", "GpuXidApplication",  # hardware faults
