@@ -143,13 +143,17 @@ def held_idle_panels(s: Signals) -> list[Panel]:
     pods = f"max by (instance, uuid, namespace, pod) (max_over_time(bottleneck_gpu_kubernetes_info{{{N}}}[$__range]))"
     trainers = f"max by (instance, process, local_rank, training_job) (bottleneck_training_process_info{{{N}}})"
 
+    # The idle share of each GPU averaged over the range, times the range: its idle GPU-hours.
+    def hours(idle: str) -> str:
+        return f"avg_over_time(({idle})[$__range:$__rate_interval]) * $__range_s / 3600"
+
     def by_pod(labels: str) -> Callable[[str], str]:
         return lambda idle: (f"sort_desc(topk(10, sum by ({labels}) ({pods} * on (instance, uuid) group_left () "
-                             f"sum by (instance, uuid) ({idle})) / 3600))")
+                             f"sum by (instance, uuid) ({hours(idle)}))))")
 
     def by_job(idle: str) -> str:
-        return (f"sort_desc(topk(10, sum by (training_job) (sum by (instance, process, local_rank) ({idle}) "
-                f"* on (instance, process, local_rank) group_left (training_job) {trainers}) / 3600))")
+        return (f"sort_desc(topk(10, sum by (training_job) (sum by (instance, process, local_rank) ({hours(idle)}) "
+                f"* on (instance, process, local_rank) group_left (training_job) {trainers})))")
 
     return [
         row("GPUs held idle"),
@@ -160,8 +164,7 @@ def held_idle_panels(s: Signals) -> list[Panel]:
             "(utilization at or below the gpu collector's idle-ratio); a GPU that changed pods within the range "
             "counts for each.",
             "h",
-            [s.query("gpu_idle_seconds", N, "{{namespace}}", around=by_pod("namespace"), window="$__range",
-                     instant=True)],
+            [s.query("gpu_idle_share", N, "{{namespace}}", around=by_pod("namespace"), instant=True)],
             width=8,
             min_value=0,
         ),
@@ -171,8 +174,7 @@ def held_idle_panels(s: Signals) -> list[Panel]:
             "The ten pods whose allocated GPUs stayed idle longest in the selected range: a notebook left "
             "open overnight shows up here the next morning.",
             "h",
-            [s.query("gpu_idle_seconds", N, "{{namespace}}/{{pod}}", around=by_pod("namespace, pod"),
-                     window="$__range", instant=True)],
+            [s.query("gpu_idle_share", N, "{{namespace}}/{{pod}}", around=by_pod("namespace, pod"), instant=True)],
             width=8,
             min_value=0,
         ),
@@ -182,8 +184,7 @@ def held_idle_panels(s: Signals) -> list[Panel]:
             "GPU-hours in the selected range during which a training process of the job held memory on an "
             "idle GPU (the ten largest; processes the hook does not name have an empty job).",
             "h",
-            [s.query("gpu_process_idle_seconds", N, "{{training_job}}", around=by_job, window="$__range",
-                     instant=True)],
+            [s.query("gpu_process_idle_share", N, "{{training_job}}", around=by_job, instant=True)],
             width=8,
             min_value=0,
         ),

@@ -95,9 +95,9 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("gpu_ecc_uncorrected", f'increase(bottleneck_gpu_ecc_errors_total{{type="uncorrected"}}[{W}])'),
     Signal("gpu_pcie_replays", f"increase(bottleneck_gpu_pcie_replays_total[{W}])"),
     Signal("gpu_process_memory", "bottleneck_gpu_process_memory_used_bytes"),
-    # Idle GPU-seconds over the window, held or not (a pod's allocation holds it), and per holding process.
-    Signal("gpu_idle_seconds", f"sum without (held) (increase(bottleneck_gpu_idle_seconds_total[{W}]))"),
-    Signal("gpu_process_idle_seconds", f"increase(bottleneck_gpu_process_idle_seconds_total[{W}])"),
+    # Share of the time a GPU was idle, held or not (a pod's allocation holds it), and per holding process.
+    Signal("gpu_idle_share", f"sum without (held) (rate(bottleneck_gpu_idle_seconds_total[{W}]))"),
+    Signal("gpu_process_idle_share", f"rate(bottleneck_gpu_process_idle_seconds_total[{W}])"),
 )
 
 
