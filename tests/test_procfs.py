@@ -318,3 +318,16 @@ def test_allowed_cpus_and_memory_nodes_of_a_live_process_match_the_kernels_affin
     assert allowed is not None
     assert allowed.cpus == frozenset(os.sched_getaffinity(0))
     assert 0 in allowed.memory_nodes
+
+
+def test_a_process_pinned_with_taskset_reads_only_its_cpus() -> None:
+    """What the placement verdict compares with the GPU's affinity, from a real process the kernel pinned."""
+    cpu = min(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        os.sched_setaffinity(child.pid, {cpu})
+        allowed = procfs.read_allowed("/proc", child.pid)
+        assert allowed is not None and allowed.cpus == {cpu}
+    finally:
+        child.communicate(b"")
+    assert procfs.read_allowed("/proc", child.pid) is None  # gone: no data, no error
