@@ -177,6 +177,7 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter(tmp_path: Path) 
         "gpu": {"phase_seconds": {"forward": 0.8, "backward": 1.6, "optimizer": 0.3}, "busy_seconds": 2.7,
                 "idle_seconds": 10.1, "memory_allocated_bytes": 1.2e9, "memory_reserved_bytes": 2.0e9,
                 "memory_peak_bytes": 1.5e9},
+        "host_batches": {"pinned": 0, "pageable": 2},
     }
     assert receiver.handle(json.dumps(datagram).encode())
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))

@@ -55,7 +55,7 @@ from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, Unre
 # The order a person reads the verdicts in (the runbook, the verdict dashboards, the bundles' promtool tests). A
 # verdict not named here comes after these, in its area's order.
 READING_ORDER = (
-    "InputBound", "LoaderSaturated", "IoBound", "GpuSawtooth",  # the input pipeline
+    "InputBound", "LoaderSaturated", "IoBound", "GpuSawtooth", "PageableCopies",  # the input pipeline
     "CpuSaturated", "CpuOverloaded", "DataLoaderWorkersExceedCpus", "ContextSwitchStorm",  # the CPUs that feed it
     "MemoryPressure", "Swapping",  # memory
     "GpuMemoryUnderused", "GpuMemoryNearlyFull", "LaunchBound",  # GPU memory and kernel launches

@@ -127,6 +127,9 @@ PARAMETERS: dict[str, Parameter] = _parameters(
     Parameter("placement_local_memory_ratio", 0.1, "Share of the NUMA nodes a rank may allocate from that "
               "are its GPU's below which its host memory lies across the interconnect (numactl --membind to "
               "the other node reads 0)."),
+    Parameter("pageable_batches_ratio", 0.5, "Share of the batches the hook samples on a CUDA rank whose host "
+              "tensors are in pageable (not pinned) memory above which its copies to the GPU block the "
+              "training thread."),
     Parameter("gpu_held_idle_window", "30m", "How long a GPU must have been held while idle before "
               "BottleneckGpuHeldIdle names it: a notebook left overnight, not a job between two epochs.",
               "duration"),

@@ -220,6 +220,19 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
     return out
 
 
+def host_batches(tl: Timeline, pageable: float, checked_per_second: float = 0.2, rank_: str = "0",
+                 instance: str = INSTANCE, training_job: str = TRAIN_JOB,
+                 before: float | None = None) -> list[Series]:
+    """The hook's sampled batches of a CUDA rank, ``pageable`` of them in pageable memory (``before`` until
+    the start); absent before the rank starts unless ``before`` is given."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
+    b = pageable if before is None else before
+    return [series("bottleneck_train_host_batches_total", {**labels, "memory": "pageable"},
+                   counter(tl, checked_per_second * pageable, checked_per_second * b)),
+            series("bottleneck_train_host_batches_total", {**labels, "memory": "pinned"},
+                   counter(tl, checked_per_second * (1 - pageable), checked_per_second * (1 - b)))]
+
+
 def gpu_idle(tl: Timeline, held: float = 0.0, free: float = 0.0, index: str = "0", instance: str = INSTANCE,
              before: Mapping[str, float] | None = None) -> list[Series]:
     """The gpu collector's idle-time counter of one GPU: ``held`` and ``free`` are the idle seconds per second
