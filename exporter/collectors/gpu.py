@@ -181,6 +181,7 @@ class GpuCollector:
         # This scrape's readings that idle time and placement are worked out from, per gpu label.
         self._busiest: dict[str, float] = {}
         self._holders: dict[str, list[tuple[int, int]]] = {}  # gpu -> [(pid, used bytes)]
+        self._names: dict[int, tuple[str, str]] = {}  # pid -> (process, local_rank), read once a scrape
         # Scrapes may run concurrently (threaded HTTP server); sample bookkeeping must not interleave.
         self._lock = threading.Lock()
 
@@ -220,7 +221,7 @@ class GpuCollector:
         info = GaugeMetricFamily("bottleneck_gpu_info", HELP["bottleneck_gpu_info"],
                                  labels=[*GPU_LABELS, *INFO_LABELS])
         parents = {d.parent for d in devices if d.parent is not None}
-        self._busiest, self._holders = {}, {}
+        self._busiest, self._holders, self._names = {}, {}, {}
         for device in devices:
             identity = self.guard.read(device.key, "identity", self.backend.identity, device.key)
             if identity is not None:
@@ -412,6 +413,11 @@ class GpuCollector:
         known = self.identities.get(key)
         return (key, known.uuid if known else "")
 
+    def _process_labels(self, pid: int) -> tuple[str, str]:
+        if pid not in self._names:
+            self._names[pid] = process_labels(self.procfs, pid)
+        return self._names[pid]
+
     def _count_idle(self, key: str) -> None:
         holders = self._holders.get(key)
         # Like the memory series: the largest few holders per GPU get a series of their own.
@@ -419,7 +425,7 @@ class GpuCollector:
         self.idle.observe(key, Reading(
             now=self.backend.now_seconds(),
             busiest=self._busiest.get(key),
-            holders=None if largest is None else frozenset(process_labels(self.procfs, pid) for pid, _ in largest),
+            holders=None if largest is None else frozenset(self._process_labels(pid) for pid, _ in largest),
         ))
 
     def _expose_idle(self, out: _Families) -> None:
@@ -467,7 +473,7 @@ class GpuCollector:
                 log.warning("placement of GPU process skipped: %s", err)
                 continue
             placement = None if near is None or allowed is None else place(allowed, near)
-            process, local_rank = process_labels(self.procfs, pid)
+            process, local_rank = self._process_labels(pid)
             if placement is None or (key, process, local_rank) in seen:
                 continue  # two processes of one name on one GPU: the one with more memory speaks for both
             seen.add((key, process, local_rank))
