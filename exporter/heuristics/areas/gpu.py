@@ -286,7 +286,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "{{ $labels.process }} (local rank {{ $labels.local_rank }}, training job {{ $labels.training_job }}) on "
         "{{ $labels.instance }} may use are near its GPU {{ $labels.gpu }}: every batch, pinned "
         "buffer and kernel launch crosses the socket interconnect.",
-        advice="Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (PyTorch 2.8+) or "
+        advice="Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (recent PyTorch) or "
         "`numactl --cpunodebind=N --membind=N` with N from `nvidia-smi topo -m` (NUMA Affinity); in Kubernetes "
         "set the kubelet's `topologyManagerPolicy: single-numa-node` (or `restricted`) with "
         "`cpuManagerPolicy: static`; fix launcher scripts that pin rank r to socket r % 2 while the GPUs are "
