@@ -59,6 +59,17 @@ def parse_positive_int(value: Any) -> int:
     return number
 
 
+def parse_ratio(value: Any) -> float:
+    """A share from 0 to 1, such as 0.05."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number from 0 to 1, got {value!r}") from None
+    if isinstance(value, bool) or not 0 <= number <= 1:
+        raise ValueError(f"expected a number from 0 to 1, got {value!r}")
+    return number
+
+
 def parse_regex(value: Any) -> str:
     try:
         re.compile(str(value))

@@ -11,8 +11,8 @@ Two kinds of trouble, two answers:
   ``ProcParseError`` naming the file and the field, never the file's contents. A collector lets it through,
   so the orchestrator reports it failed (success 0) instead of exporting numbers nobody can vouch for.
 
-Process files: ``PID/stat`` and ``PID/task/TID/stat`` (``TaskStat``), ``status``, ``io``, ``cmdline``,
-``environ``, ``comm``, ``fd/*``, ``task/PID/children``. System files: ``stat``, ``loadavg``, ``schedstat``,
+Process files: ``PID/stat`` and ``PID/task/TID/stat`` (``TaskStat``), ``status`` (also ``Allowed``), ``io``,
+``cmdline``, ``environ``, ``comm``, ``fd/*``, ``task/PID/children``. System files: ``stat``, ``loadavg``, ``schedstat``,
 ``uptime``, ``meminfo``, ``vmstat``, ``pressure/*``, ``diskstats``, ``net/dev``. Exposes nothing itself.
 """
 
@@ -292,6 +292,39 @@ def read_status(procfs: str, pid: int, tid: int | None = None) -> TaskStatus | N
         voluntary_switches=fields.get("voluntary_ctxt_switches", 0),
         involuntary_switches=fields.get("nonvoluntary_ctxt_switches", 0),
     )
+
+
+def parse_id_list(text: str, path: str, what: str) -> frozenset[int]:
+    """A kernel id list such as ``0-31,64-95`` (cpuset(7)'s "list format"), as a set of ids."""
+    ids: set[int] = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        if not _is_count(first) or (last and not _is_count(last)) or (last and int(last) < int(first)):
+            raise ProcParseError(path, f"{what}: expected a list such as 0-31,64-95")
+        ids.update(range(int(first), int(last or first) + 1))
+    return frozenset(ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowed:
+    """Where a process may run: ``Cpus_allowed_list`` and ``Mems_allowed_list`` of ``PID/status``."""
+
+    cpus: frozenset[int]
+    memory_nodes: frozenset[int]
+
+
+def read_allowed(procfs: str, pid: int) -> Allowed | None:
+    """The CPUs and memory (NUMA) nodes a process may use (taskset, numactl, a cpuset cgroup set them);
+    None when it is gone or the kernel shows neither list."""
+    path = f"{_task_dir(procfs, pid, None)}/status"
+    text = _task_text(path)
+    if text is None:
+        return None
+    lines = _lines_of(text, ("Cpus_allowed_list", "Mems_allowed_list"), ":")
+    if "Cpus_allowed_list" not in lines or "Mems_allowed_list" not in lines:
+        return None
+    return Allowed(*(parse_id_list("".join(lines[key]), path, key)
+                     for key in ("Cpus_allowed_list", "Mems_allowed_list")))
 
 
 def read_io(procfs: str, pid: int) -> tuple[int, int] | None:

@@ -151,6 +151,22 @@
     // socket; over UDP it forgets the rank after --push.job-expiry (10m): there keep this plus the alert's for:
     // below that.
     stall_min_seconds: 300,
+    // Share of the CPUs a rank may run on that are near its GPU (the GPU's CPU affinity) below which it runs on
+    // the far socket. Pinned wholly to the other socket reads 0; an unpinned rank reads one over the number of
+    // NUMA nodes (0.5 on two sockets), so keep it below that.
+    placement_local_cpus_ratio: 0.1,
+    // Share of the NUMA nodes a rank may allocate from that are its GPU's below which its host memory lies across
+    // the interconnect (numactl --membind to the other node reads 0).
+    placement_local_memory_ratio: 0.1,
+    // Share of the batches the hook samples on a CUDA rank whose host tensors are in pageable (not pinned) memory
+    // above which its copies to the GPU block the training thread.
+    pageable_batches_ratio: 0.5,
+    // How long a GPU must have been held while idle before BottleneckGpuHeldIdle names it: a notebook left
+    // overnight, not a job between two epochs.
+    gpu_held_idle_window: "30m",
+    // Share of gpu_held_idle_window the GPU was held (a process with memory on it, or allocated to a pod) while
+    // its utilization stayed at or below the gpu collector's idle-ratio (5%).
+    gpu_held_idle_ratio: 0.95,
     // Step-time multiple without a finished step for the critical stall alert.
     stall_factor_critical: 60,
     // Minimum silence, in seconds, for the critical stall alert: a hang this long is not a slow checkpoint and

@@ -22,8 +22,9 @@ def received(sock: socket.socket) -> list[Snapshot]:
             return out
 
 
-def exported(sent: Snapshot, name: str) -> float | None:
-    """The value of series ``name`` that the exporter's push receiver exports for the datagram ``sent``."""
+def exported(sent: Snapshot, name: str, **labels: str) -> float | None:
+    """The value of series ``name`` (with ``labels`` beside the rank's) that the exporter's push receiver
+    exports for the datagram ``sent``."""
     from prometheus_client import CollectorRegistry
 
     from bottleneck_exporter.push.receiver import PushReceiver
@@ -33,7 +34,7 @@ def exported(sent: Snapshot, name: str) -> float | None:
     receiver.store.accept(sent)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(receiver)
-    return registry.get_sample_value(name, {"training_job": sent.job, "rank": str(sent.rank)})
+    return registry.get_sample_value(name, {"training_job": sent.job, "rank": str(sent.rank), **labels})
 
 
 def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dict[str, Any]:
@@ -54,10 +55,11 @@ def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dic
 
 
 def full_payload(job: str, rank: int) -> dict[str, Any]:
-    """A datagram with every optional part (GPU, DataLoader): the most series one rank can add."""
+    """A datagram with every optional part (GPU, DataLoader, host batches): the most series one rank can add."""
     payload = hook_payload(job=job)
     payload["rank"] = rank
     payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
                       "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
                       "memory_peak_bytes": 1.5e9}
+    payload["host_batches"] = {"pinned": 0, "pageable": 12}
     return payload

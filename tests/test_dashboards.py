@@ -256,7 +256,7 @@ def test_lint_accepts(expr: str) -> None:
 
 def substitute(expr: str) -> str:
     """Grafana's variables, replaced the way Grafana would for "All" selections."""
-    replacements = {"$__rate_interval": "15s", "$__interval": "5s", "$__range": "1h"}
+    replacements = {"$__rate_interval": "15s", "$__interval": "5s", "$__range_s": "3600", "$__range": "1h"}
     for name, value in replacements.items():
         expr = expr.replace(name, value)
     return re.sub(r"\$\{?[A-Za-z_]\w*\}?", ".*", expr)
@@ -322,7 +322,7 @@ CORE_PANELS = {
 
 
 def live_substitute(expr: str) -> str:
-    values = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m", "instance": LIVE_NODE,
+    values = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m", "__range_s": "60", "instance": LIVE_NODE,
               "training_job": LIVE_JOB, "rank": ".*", "gpu": ".*", "cluster": dict(LIVE_CLUSTER)["cluster"]}
     return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: values[m.group(1)], expr)
 

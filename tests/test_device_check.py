@@ -1,6 +1,6 @@
 """scripts/device-check without a GPU: it stops at once saying so, and its steps run on CPU (--cpu-dry-run):
 the exporter's scrape through promtool, the hook's loop and its paired cost, DDP's and FSDP's collectives
-on two gloo ranks."""
+on two gloo ranks, and the pinned-batch check (which counts nothing on a CPU rank)."""
 
 from __future__ import annotations
 
@@ -38,5 +38,7 @@ def test_cpu_dry_run_runs_every_step_and_reports_it():
                  "ok   ddp: collective time on the host timeline", "ok   fsdp: collective time on the host timeline",
                  "ok   fsdp1: collective time on the host timeline",
                  "ok   exported collective phase:", "ok   benchmarks/hook_overhead.py ran",
-                 "this machine's cold-code penalty:", "send it (", "device-check: all checks passed"):
+                 "this machine's cold-code penalty:", "send it (",
+                 "ok   pin-check-pinned: a CPU rank copies nothing, so nothing is counted or exported",
+                 "device-check: all checks passed"):
         assert line in out, out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -51,15 +52,19 @@ FIELD_SERIES = {
     "processes": ["bottleneck_gpu_process_memory_used_bytes"],
     "gpm": ["bottleneck_gpu_sm_activity_ratio", "bottleneck_gpu_tensor_activity_ratio"],
     "xid_events": ["bottleneck_gpu_xid_errors_total"],
+    # Placement reads the physical GPU's affinity, also for its MIG instances (which record it unsupported).
+    "cpu_affinity": [],
+    "memory_affinity": [],
 }
 
 
 class Replay:
     """A gpu collector over a recorded profile, run through the Orchestrator like the exporter does."""
 
-    def __init__(self, profile: str, **options: object) -> None:
-        self.fake = FakeBackend(load_profile(str(PROFILES / f"{profile}.yaml")))
-        ctx = Context(procfs=str(PROCFS), options={"max-processes": 5, **options},
+    def __init__(self, profile: str | Path, procfs: Path = PROCFS, **options: object) -> None:
+        path = profile if isinstance(profile, Path) else PROFILES / f"{profile}.yaml"
+        self.fake = FakeBackend(load_profile(str(path)))
+        ctx = Context(procfs=str(procfs), options={"max-processes": 5, **options},
                       gpu_backend_factory=lambda: self.fake)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(Orchestrator({"gpu": REGISTRY["gpu"].factory(ctx)}))
@@ -383,7 +388,82 @@ def test_process_memory_is_bounded_to_the_largest_names_without_pids() -> None:
     assert "pid=" not in text
 
 
+def placement(text: str, gpu: str) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """{(process, local_rank): (local CPUs ratio, local memory ratio)} of one GPU's processes."""
+    found: dict[tuple[str, str], list[float | None]] = {}
+    for (name, labels), v in values(text).items():
+        label = dict(labels)
+        if label.get("gpu") != gpu or name not in ("bottleneck_gpu_process_local_cpus_ratio",
+                                                   "bottleneck_gpu_process_local_memory_ratio"):
+            continue
+        pair = found.setdefault((label["process"], label["local_rank"]), [None, None])
+        pair[0 if name.endswith("cpus_ratio") else 1] = v
+    return {key: (pair[0], pair[1]) for key, pair in found.items()}
+
+
+def test_rank_pinned_to_the_far_socket_of_a_two_socket_node_has_no_local_cpus() -> None:
+    text = Replay("a100-2x-sxm4-80gb").scrape()
+    # GPU 0's rank may run anywhere: half its CPUs are on its GPU's socket. GPU 1's was pinned to socket 0.
+    assert placement(text, "0") == {("train.py", "0"): (0.5, 0.5)}
+    assert placement(text, "1") == {("train.py", "1"): (0.0, 0.5)}
+
+
+def test_stray_context_on_gpu_0_is_not_where_the_rank_computes(tmp_path: Path) -> None:
+    source = (PROFILES / "a100-2x-sxm4-80gb.yaml").read_text()
+    stray = "processes: [{pid: 4194501, used: 61876 MiB}, {pid: 4194502, used: 502 MiB}]"
+    profile = tmp_path / "stray.yaml"
+    profile.write_text(source.replace("processes: [{pid: 4194501, used: 61876 MiB}]", stray, 1))
+    text = Replay(profile).scrape()
+    assert placement(text, "0") == {("train.py", "0"): (0.5, 0.5)}
+    assert placement(text, "1") == {("train.py", "1"): (0.0, 0.5)}
+
+
+def test_garbled_cpu_list_costs_that_process_its_placement_not_the_scrape(tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    shutil.copytree(PROCFS, procfs)
+    status = procfs / "4194502" / "status"
+    status.write_text(status.read_text().replace("Cpus_allowed_list:\t0-31", "Cpus_allowed_list:\t31-0"))
+    text = Replay("a100-2x-sxm4-80gb", procfs=procfs).scrape()
+    assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
+    assert placement(text, "1") == {}
+    assert placement(text, "0") == {("train.py", "0"): (0.5, 0.5)}
+
+
+def held_idle_hopper(tmp_path: Path, holder: str) -> Path:
+    """hopper-4x-h100.yaml with its idle GPU 3 held by ``holder`` (a processes list)."""
+    source = (PROFILES / "hopper-4x-h100.yaml").read_text()
+    gpu3 = source.index('  - gpu: "3"')
+    held = source[gpu3:].replace("processes: []", holder, 1).replace("used: 0 MiB", "used: 1208 MiB", 1)
+    profile = tmp_path / "held.yaml"
+    profile.write_text(source[:gpu3] + held)
+    return profile
+
+
+def test_notebook_holding_an_idle_gpu_counts_gpu_seconds_per_gpu_and_process(tmp_path: Path) -> None:
+    replay = Replay(held_idle_hopper(tmp_path, "processes: [{pid: 4194404, used: 1024 MiB}]"))
+    for _ in range(3):  # 15 s apart on the replay's clock: two intervals
+        text = replay.scrape()
+    idle = {(dict(labels)["gpu"], dict(labels)["held"]): v for (n, labels), v in values(text).items()
+            if n == "bottleneck_gpu_idle_seconds_total"}
+    assert idle[("3", "process")] == 30.0
+    assert idle[("3", "none")] == 0.0
+    # GPU 0 saws: its ~0 % samples never make a whole interval idle; GPUs 1 and 2 work.
+    assert {v for (gpu, _held), v in idle.items() if gpu != "3"} == {0.0}
+    assert value(text, "bottleneck_gpu_process_idle_seconds_total", gpu="3",
+                 uuid="GPU-00000003-0000-0000-0000-000000000003", process="ipykernel_launcher", local_rank="") == 30.0
+
+
+def test_idle_gpu_nobody_holds_counts_as_not_held() -> None:
+    replay = Replay("hopper-4x-h100")
+    for _ in range(2):
+        text = replay.scrape()
+    labels = {"gpu": "3", "uuid": "GPU-00000003-0000-0000-0000-000000000003"}
+    assert value(text, "bottleneck_gpu_idle_seconds_total", held="none", **labels) == 15.0
+    assert value(text, "bottleneck_gpu_idle_seconds_total", held="process", **labels) == 0.0
+
+
 @pytest.mark.parametrize(("change", "message"), [
+    (("cpu_affinity: 0-23", "cpu_affinity: 23-0"), "gpus[0].values.cpu_affinity: expected a list of ids"),
     (("power_watts: 611.42 W", "power_watts: 611.42 furlongs"), "gpus[0].values.power_watts: expected a number"),
     (("power_watts: 611.42 W", "power_wats: 611.42 W"), "gpus[0].values.power_wats: unknown GPU field"),
     (("  power_watts: 611.42 W\n", ""), "field power_watts is neither recorded nor listed under unsupported"),

@@ -300,3 +300,34 @@ def test_a_collector_bug_logs_its_traceback_once_not_per_scrape(caplog: pytest.L
     assert len(caplog.records) == 1
     assert "broken" in caplog.records[0].getMessage() and "KeyError" in caplog.records[0].getMessage()
     assert caplog.records[0].exc_info is not None
+
+
+@pytest.mark.parametrize(("text", "ids"), [("0-3,8,10-11\n", {0, 1, 2, 3, 8, 10, 11}), ("5", {5}), ("0-0", {0})])
+def test_cpu_lists_read_as_the_kernel_writes_them(text: str, ids: set[int]) -> None:
+    assert procfs.parse_id_list(text, "status", "Cpus_allowed_list") == ids
+
+
+@pytest.mark.parametrize("text", ["", "3-1", "a-b", "0,,2", "-1"])
+def test_a_garbled_cpu_list_names_its_file_and_key(text: str) -> None:
+    with pytest.raises(procfs.ProcParseError, match="status: Cpus_allowed_list: expected a list"):
+        procfs.parse_id_list(text, "status", "Cpus_allowed_list")
+
+
+def test_allowed_cpus_and_memory_nodes_of_a_live_process_match_the_kernels_affinity() -> None:
+    allowed = procfs.read_allowed("/proc", os.getpid())
+    assert allowed is not None
+    assert allowed.cpus == frozenset(os.sched_getaffinity(0))
+    assert 0 in allowed.memory_nodes
+
+
+def test_a_process_pinned_with_taskset_reads_only_its_cpus() -> None:
+    """What the placement verdict compares with the GPU's affinity, from a real process the kernel pinned."""
+    cpu = min(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        os.sched_setaffinity(child.pid, {cpu})
+        allowed = procfs.read_allowed("/proc", child.pid)
+        assert allowed is not None and allowed.cpus == {cpu}
+    finally:
+        child.communicate(b"")
+    assert procfs.read_allowed("/proc", child.pid) is None  # gone: no data, no error

@@ -99,6 +99,7 @@ def test_the_hook_writes_every_key_the_schema_declares_and_no_other():
     session.collectives = CollectiveClock()
     session.collectives.gpu = GpuStopwatch(session.collectives, _DoneEvent)
     session._cuda_memory = lambda: dict.fromkeys(GPU_MEMORY, 1.0)
+    session.pin_check.pageable = 3  # as the loader's sampled check counts them on a CUDA rank
     for _ in range(2):
         for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
             session.mark(phase)
@@ -113,6 +114,7 @@ def test_the_hook_writes_every_key_the_schema_declares_and_no_other():
     assert set(payload["gpu"]) == {*schema.GPU_KEYS, *schema.GPU_OPTIONAL_KEYS}
     assert list(payload["gpu"]["phase_seconds"]) == list(schema.GPU_PHASES)
     assert list(payload["loader"]) == list(schema.LOADER_KEYS)
+    assert list(payload["host_batches"]) == list(schema.HOST_MEMORY)
     # The hook numbers the phases of a step as the schema lists them.
     assert [schema.STEP_PHASES[i] for i in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER)] == \
         ["data_wait", "forward", "backward", "optimizer"]

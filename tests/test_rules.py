@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bottleneck_exporter.collectors import REGISTRY, Context
 from bottleneck_exporter.heuristics import catalogue as cat
 from bottleneck_exporter.heuristics import generate
 from bottleneck_exporter.heuristics.model import PARAM, CatalogueError
@@ -27,6 +28,7 @@ from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
 from tests.conftest import ROOT, require_tool
+from tests.kubelet import Kubelet, container, devices, pod, response
 
 CATALOGUE = cat.resolve()
 OUTPUTS = functools.cache(lambda: generate.outputs(CATALOGUE))
@@ -163,7 +165,7 @@ def test_overrides_reach_the_rules_and_the_record_names() -> None:
     assert "threshold 30%" in rule.description
 
 
-def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
+def test_every_metric_the_rules_read_is_exposed_by_the_exporter(tmp_path: Path) -> None:
     """Regression guard for a renamed metric: the rules would silently never fire."""
     text = "".join(Path(p).read_text() for p in glob.glob(str(ROOT / "tests" / "golden" / "*.prom")))
     receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
@@ -178,11 +180,20 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
         "gpu": {"phase_seconds": {"forward": 0.8, "backward": 1.6, "optimizer": 0.3}, "busy_seconds": 2.7,
                 "idle_seconds": 10.1, "memory_allocated_bytes": 1.2e9, "memory_reserved_bytes": 2.0e9,
                 "memory_peak_bytes": 1.5e9},
+        "host_batches": {"pinned": 0, "pageable": 2},
     }
     assert receiver.handle(json.dumps(datagram).encode())
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
     exposed |= {s.name for family in receiver.collect() for s in family.samples}
     exposed.add("up")  # Prometheus' own
+    # The kubernetes collector, against a real gRPC kubelet (it has no golden scrape).
+    kubelet = Kubelet(tmp_path / "kubelet.sock", lambda: response(pod("nb-0", "research", container(
+        "lab", devices("nvidia.com/gpu", "GPU-00000003-0000-0000-0000-000000000003")))))
+    try:
+        ctx = Context(options={"pod-resources-socket": str(tmp_path / "kubelet.sock")})
+        exposed |= {s.name for family in REGISTRY["kubernetes"].factory(ctx).collect() for s in family.samples}
+    finally:
+        kubelet.stop()
     read = set().union(*(cat.selector_names(parse(rule.inline_expr)) for rule in CATALOGUE.alerts))
     assert read - exposed == set()
     # The sawtooth rule reads two histogram buckets by their bound: they must be the collector's bounds.

@@ -171,6 +171,13 @@ GPU_UNIQUE: dict[str, str] = {
                                                 "on a shared GPU).",
     "bottleneck_gpu_sm_activity_ratio": "DCGM_FI_PROF_SM_ACTIVE is commented out in the default counters.",
     "bottleneck_gpu_sm_occupancy_ratio": "DCGM_FI_PROF_SM_OCCUPANCY is commented out in the default counters.",
+    "bottleneck_gpu_idle_seconds_total": "GPU time held idle, counted between scrapes from the sub-second "
+                                         "samples; dcgm-exporter has utilization per scrape only.",
+    "bottleneck_gpu_process_idle_seconds_total": "Idle GPU time per process holding it; dcgm-exporter has no "
+                                                 "per-process series.",
+    "bottleneck_gpu_process_local_cpus_ratio": "A process's allowed CPUs against its GPU's CPU affinity; "
+                                               "dcgm-exporter exports no topology.",
+    "bottleneck_gpu_process_local_memory_ratio": "A process's allowed NUMA nodes against its GPU's.",
 }
 
 # Collectors whose every series has a node_exporter twin (tests/test_coexistence.py holds this to NODE_EXPORTER).

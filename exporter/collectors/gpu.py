@@ -40,9 +40,11 @@ from bottleneck_exporter.gpu.backend import (
     NvmlUnavailable,
 )
 from bottleneck_exporter.gpu.guard import FieldGuard
+from bottleneck_exporter.gpu.idle import IdleLedger, Reading
+from bottleneck_exporter.gpu.placement import Affinity, place, process_labels
 from bottleneck_exporter.gpu.samples import UtilizationHistogram
-from bottleneck_exporter.options import Option, parse_bool, parse_positive_int
-from bottleneck_exporter.procfs import read_text
+from bottleneck_exporter.options import Option, parse_bool, parse_positive_int, parse_ratio
+from bottleneck_exporter.procfs import ProcParseError, read_allowed, read_text
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,17 @@ HELP = {
         "DRAM bandwidth used as a share of the peak (NVML GPM).",
     "bottleneck_gpu_xid_errors_total":
         "XID errors the driver reported for this GPU since the exporter started, by XID code.",
+    "bottleneck_gpu_idle_seconds_total":
+        "Time this GPU's utilization stayed at or below the idle threshold (--collector.gpu.idle-ratio) since "
+        "the exporter started; held=process while a process held memory on it, none otherwise.",
+    "bottleneck_gpu_process_idle_seconds_total":
+        "Time this GPU stayed idle while this process (script and LOCAL_RANK, as the training series name "
+        "it) held memory on it, since the process was first seen.",
+    "bottleneck_gpu_process_local_cpus_ratio":
+        "Share of the CPUs this process may run on (Cpus_allowed_list) that are near its GPU (the GPU's CPU "
+        "affinity, nvidia-smi topo -m); 0 means pinned to the far socket.",
+    "bottleneck_gpu_process_local_memory_ratio":
+        "Share of the NUMA nodes this process may allocate from (Mems_allowed_list) that are near its GPU.",
 }
 
 _GPM_NAMES = {
@@ -143,6 +156,9 @@ class _Families:
         Option("only-unique", False, "Export only the GPU series dcgm-exporter's default counters lack (the "
                "sub-second samples, throttle reasons, PCIe link, XIDs per code, per-process memory, ...; "
                "docs/coexistence.md), for running beside it", parse=parse_bool, switch=True),
+        Option("idle-ratio", 0.05, "GPU-Util (0-1) at or below which a GPU counts as idle for "
+               "bottleneck_gpu_idle_seconds_total: its busiest sample since the previous scrape must not "
+               "exceed it.", parse=parse_ratio),
     ),
 )
 class GpuCollector:
@@ -160,6 +176,12 @@ class GpuCollector:
         self.xid_counts: dict[tuple[str, int], int] = {}  # (gpu label, XID code) -> events since start
         self._xid_born: set[tuple[str, int]] = set()  # first seen this scrape: exposed at 0 (see _count_xids)
         self._nvml_unavailable_logged = False
+        self.idle = IdleLedger(float(ctx.options.get("idle-ratio", 0.05)))
+        self.affinities: dict[str, Affinity] = {}  # physical GPU -> its CPUs and NUMA nodes (never change)
+        # This scrape's readings that idle time and placement are worked out from, per gpu label.
+        self._busiest: dict[str, float] = {}
+        self._holders: dict[str, list[tuple[int, int]]] = {}  # gpu -> [(pid, used bytes)]
+        self._names: dict[int, tuple[str, str]] = {}  # pid -> (process, local_rank), read once a scrape
         # Scrapes may run concurrently (threaded HTTP server); sample bookkeeping must not interleave.
         self._lock = threading.Lock()
 
@@ -199,6 +221,7 @@ class GpuCollector:
         info = GaugeMetricFamily("bottleneck_gpu_info", HELP["bottleneck_gpu_info"],
                                  labels=[*GPU_LABELS, *INFO_LABELS])
         parents = {d.parent for d in devices if d.parent is not None}
+        self._busiest, self._holders, self._names = {}, {}, {}
         for device in devices:
             identity = self.guard.read(device.key, "identity", self.backend.identity, device.key)
             if identity is not None:
@@ -210,9 +233,14 @@ class GpuCollector:
                                  known.pci_bus_id, known.vbios_version, known.mig_mode], 1.0)
             if identity is not None:
                 self._read_device(out, device, gpu, has_mig_instances=device.key in parents)
+                if not self.guard.is_down(device.key):
+                    self._count_idle(device.key)
             # Reads may discover the loss half-way: up reflects the state after all of them.
             up.add_metric(list(gpu), 0.0 if self.guard.is_down(device.key) else 1.0)
         self._count_xids(out)
+        self.idle.forget(d.key for d in devices)
+        self._expose_idle(out)
+        self._expose_placement(out, devices)
         yield up
         if info.samples:
             yield info
@@ -241,6 +269,7 @@ class GpuCollector:
     def _read_utilization(self, out: _Families, key: str, gpu: tuple[str, str]) -> None:
         utilization = self._read(key, "utilization", self.backend.utilization)
         if utilization is not None:
+            self._busiest[key] = utilization.gpu
             out.gauge("bottleneck_gpu_utilization_ratio", gpu, utilization.gpu)
             out.gauge("bottleneck_gpu_memory_utilization_ratio", gpu, utilization.memory)
 
@@ -319,6 +348,9 @@ class GpuCollector:
         histogram = self.histograms.get(key)
         since = histogram.last_seen_us if histogram else 0
         samples = self.guard.read(key, "utilization_samples", self.backend.utilization_samples, key, since)
+        if samples:
+            # The sub-second samples see a burst of work that one GPU-Util reading between scrapes misses.
+            self._busiest[key] = max(sample.value for sample in samples)
         if samples is not None:
             if histogram is None:
                 histogram = self.histograms[key] = UtilizationHistogram()
@@ -366,6 +398,8 @@ class GpuCollector:
         if processes is None:
             return
         by_name: dict[str, int] = {}
+        # NVML lists a process with a context; used None (some virtualised setups) still holds the GPU.
+        self._holders[key] = [(process.pid, process.used_bytes or 0) for process in processes]
         for process in processes:
             if process.used_bytes is None:
                 continue
@@ -374,6 +408,81 @@ class GpuCollector:
         largest = sorted(by_name.items(), key=lambda item: (-item[1], item[0]))[: self.max_processes]
         for name, used in largest:
             out.gauge("bottleneck_gpu_process_memory_used_bytes", gpu, used, process=name)
+
+    def _gpu_labels(self, key: str) -> tuple[str, str]:
+        known = self.identities.get(key)
+        return (key, known.uuid if known else "")
+
+    def _process_labels(self, pid: int) -> tuple[str, str]:
+        if pid not in self._names:
+            self._names[pid] = process_labels(self.procfs, pid)
+        return self._names[pid]
+
+    def _count_idle(self, key: str) -> None:
+        holders = self._holders.get(key)
+        # Like the memory series: the largest few holders per GPU get a series of their own.
+        largest = None if holders is None else sorted(holders, key=lambda h: (-h[1], h[0]))[: self.max_processes]
+        self.idle.observe(key, Reading(
+            now=self.backend.now_seconds(),
+            busiest=self._busiest.get(key),
+            holders=None if largest is None else frozenset(self._process_labels(pid) for pid, _ in largest),
+        ))
+
+    def _expose_idle(self, out: _Families) -> None:
+        # A GPU off the bus shows only bottleneck_gpu_up, like its other series.
+        for (key, held), seconds in sorted(self.idle.gpu_seconds.items()):
+            if self.guard.is_down(key):
+                continue
+            out.counter("bottleneck_gpu_idle_seconds_total", self._gpu_labels(key), seconds, held=held)
+        for (key, process, local_rank), seconds in sorted(self.idle.process_seconds.items()):
+            if self.guard.is_down(key):
+                continue
+            out.counter("bottleneck_gpu_process_idle_seconds_total", self._gpu_labels(key), seconds,
+                        process=process, local_rank=local_rank)
+
+    def _affinity(self, device: Device) -> Affinity | None:
+        physical = device.parent or device.key
+        if physical not in self.affinities:
+            cpus = self._read(physical, "cpu_affinity", self.backend.cpu_affinity)
+            nodes = self._read(physical, "memory_affinity", self.backend.memory_affinity)
+            if cpus is None or nodes is None:
+                return None
+            self.affinities[physical] = Affinity(cpus, nodes)
+        return self.affinities[physical]
+
+    def _expose_placement(self, out: _Families, devices: list[Device]) -> None:
+        """Each GPU process against the GPU it holds the most memory on: a rank's stray context on another
+        GPU (PyTorch's on GPU 0 is the classic) is not where it computes."""
+        home: dict[int, tuple[int, str]] = {}
+        for key, holders in self._holders.items():
+            for pid, used in holders:
+                if pid not in home or used > home[pid][0]:
+                    home[pid] = (used, key)
+        by_key = {device.key: device for device in devices}
+        shown: dict[str, int] = {}
+        seen: set[tuple[str, str, str]] = set()
+        for pid, (_used, key) in sorted(home.items(), key=lambda item: (-item[1][0], item[0])):
+            device = by_key.get(key)
+            if device is None or self.guard.is_down(key) or shown.get(key, 0) >= self.max_processes:
+                continue
+            near = self._affinity(device)
+            try:
+                allowed = read_allowed(self.procfs, pid)
+            except ProcParseError as err:
+                # One garbled status file costs that process's placement, never the GPU series.
+                log.warning("placement of GPU process skipped: %s", err)
+                continue
+            placement = None if near is None or allowed is None else place(allowed, near)
+            process, local_rank = self._process_labels(pid)
+            if placement is None or (key, process, local_rank) in seen:
+                continue  # two processes of one name on one GPU: the one with more memory speaks for both
+            seen.add((key, process, local_rank))
+            shown[key] = shown.get(key, 0) + 1
+            gpu = self._gpu_labels(key)
+            out.gauge("bottleneck_gpu_process_local_cpus_ratio", gpu, placement.local_cpus_ratio,
+                      process=process, local_rank=local_rank)
+            out.gauge("bottleneck_gpu_process_local_memory_ratio", gpu, placement.local_memory_ratio,
+                      process=process, local_rank=local_rank)
 
     def _command_name(self, pid: int) -> str:
         # NVML reports host PIDs; in a container without hostPID they are not visible under our procfs.

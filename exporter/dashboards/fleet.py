@@ -1,11 +1,13 @@
 """Fleet overview: which nodes and jobs have a bottleneck verdict now, and how busy the fleet's GPUs are.
 
-Reads the firing verdict alerts (``ALERTS``), GPU utilization and the training jobs' step timings across all
-``$instance``; answers "where in the fleet is training slow, and why?".
+Reads the firing verdict alerts (``ALERTS``), GPU utilization, the GPU time held idle (by namespace, pod and
+training job) and the training jobs' step timings across all ``$instance``; answers "where in the fleet is
+training slow, and why?" and "who holds GPUs without using them?".
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bottleneck_exporter.dashboards import node, verdict_catalogue
@@ -142,6 +144,60 @@ def gpu_panels(s: Signals) -> list[Panel]:
     ]
 
 
+def held_idle_panels(s: Signals) -> list[Panel]:
+    """Idle GPU-hours over the dashboard's range, by who held the GPUs (BottleneckGpuHeldIdle names them live)."""
+    # A pod's GPU is held by it whether or not a process has memory on it; a time-sliced GPU counts for each pod.
+    pods = f"max by (instance, uuid, namespace, pod) (max_over_time(bottleneck_gpu_kubernetes_info{{{N}}}[$__range]))"
+    trainers = f"max by (instance, process, local_rank, training_job) (bottleneck_training_process_info{{{N}}})"
+
+    # The idle share of each GPU averaged over the range, times the range: its idle GPU-hours.
+    def hours(idle: str) -> str:
+        return f"avg_over_time(({idle})[$__range:$__rate_interval]) * $__range_s / 3600"
+
+    def by_pod(labels: str) -> Callable[[str], str]:
+        return lambda idle: (f"sort_desc(topk(10, sum by ({labels}) ({pods} * on (instance, uuid) group_left () "
+                             f"sum by (instance, uuid) ({hours(idle)}))))")
+
+    def by_job(idle: str) -> str:
+        return (f"sort_desc(topk(10, sum by (training_job) (sum by (instance, process, local_rank) ({hours(idle)}) "
+                f"* on (instance, process, local_rank) group_left (training_job) {trainers})))")
+
+    return [
+        row("GPUs held idle"),
+        drawn(
+            s, bargauge,
+            "Idle GPU-hours by namespace",
+            "GPU-hours in the selected range during which a GPU allocated to a pod of the namespace stayed idle "
+            "(utilization at or below the gpu collector's idle-ratio); a GPU that changed pods within the range "
+            "counts for each.",
+            "h",
+            [s.query("gpu_idle_share", N, "{{namespace}}", around=by_pod("namespace"), instant=True)],
+            width=8,
+            min_value=0,
+        ),
+        drawn(
+            s, bargauge,
+            "Idle GPU-hours by pod",
+            "The ten pods whose allocated GPUs stayed idle longest in the selected range: a notebook left "
+            "open overnight shows up here the next morning.",
+            "h",
+            [s.query("gpu_idle_share", N, "{{namespace}}/{{pod}}", around=by_pod("namespace, pod"), instant=True)],
+            width=8,
+            min_value=0,
+        ),
+        drawn(
+            s, bargauge,
+            "Idle GPU-hours by training job",
+            "GPU-hours in the selected range during which a training process of the job held memory on an "
+            "idle GPU (the ten largest; processes the hook does not name have an empty job).",
+            "h",
+            [s.query("gpu_process_idle_share", N, "{{training_job}}", around=by_job, instant=True)],
+            width=8,
+            min_value=0,
+        ),
+    ]
+
+
 def job_panels(s: Signals) -> list[Panel]:
     data_wait = threshold("data_wait_ratio")
     jobs = f'{N}, training_job=~"$training_job"'
@@ -215,7 +271,7 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
             "tooltip": "nvidia-smi + htop + iotop for one node",
         }
     ]
-    panels = [*verdict_panels(bundle), *gpu_panels(s), *job_panels(s)]
+    panels = [*verdict_panels(bundle), *gpu_panels(s), *held_idle_panels(s), *job_panels(s)]
     return with_verdict_annotations(dashboard(
         s.uid(UID),
         s.title("Bottleneck / Fleet overview"),

@@ -179,6 +179,11 @@ class GpuBackend(Protocol):
 
     def driver(self) -> DriverInfo: ...
 
+    def now_seconds(self) -> float:
+        """When this scrape's readings were taken, in seconds on a clock that never goes back: what the
+        collector measures idle GPU time with (a replayed recording answers its virtual time)."""
+        ...
+
     def identity(self, device: str) -> Identity:
         """Also the liveness probe: called every scrape, so a GPU off the bus raises GpuLost here."""
         ...
@@ -228,6 +233,15 @@ class GpuBackend(Protocol):
     def remapped_rows(self, device: str) -> RemappedRows: ...
 
     def processes(self, device: str) -> list[GpuProcess]: ...
+
+    def cpu_affinity(self, device: str) -> frozenset[int]:
+        """The CPUs near the GPU (its socket, its NUMA node): nvidia-smi topo -m "CPU Affinity". A MIG
+        instance answers for its GPU."""
+        ...
+
+    def memory_affinity(self, device: str) -> frozenset[int]:
+        """The NUMA nodes near the GPU: nvidia-smi topo -m "NUMA Affinity"."""
+        ...
 
     def gpm(self, device: str) -> GpmMetrics | None:
         """GPM metrics over the interval since the previous call; None on the first call (no interval yet)."""

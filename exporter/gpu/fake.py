@@ -58,6 +58,10 @@ class FakeBackend:
     def driver(self) -> DriverInfo:
         return self.profile.driver
 
+    def now_seconds(self) -> float:
+        # Scrape k is taken (k-1) scrape intervals after the first, whatever the wall clock says.
+        return (max(self.scrape, 1) - 1) * self.profile.scrape_interval_us / 1e6
+
     def _is_lost(self, rec: GpuRecording) -> bool:
         if rec.lost_from_scrape is not None and self.scrape >= rec.lost_from_scrape:
             return True
@@ -175,6 +179,12 @@ class FakeBackend:
 
     def processes(self, device: str) -> list[GpuProcess]:
         return list(self._value(device, "processes"))
+
+    def cpu_affinity(self, device: str) -> frozenset[int]:
+        return frozenset(self._value(device, "cpu_affinity"))
+
+    def memory_affinity(self, device: str) -> frozenset[int]:
+        return frozenset(self._value(device, "memory_affinity"))
 
     def xid_events(self) -> list[XidEvent]:
         """Each recorded scrape's events once (a lost GPU's too: the driver reports its fall off the bus);

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -244,6 +245,9 @@ class NvmlBackend:
             cuda_text = ""
         return DriverInfo(version, cuda_text)
 
+    def now_seconds(self) -> float:
+        return time.monotonic()
+
     # -- accessors: one NVML reading each, in base units ---------------------------------------------------
 
     def identity(self, device: str) -> Identity:
@@ -422,6 +426,22 @@ class NvmlBackend:
         return [GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
                 for p in found]
 
+    def _physical_handle(self, device: str) -> Any:
+        """The handle of the GPU itself: a MIG instance has no placement of its own."""
+        parent, _instance = self._mig_ids.get(device, (device, -1))
+        return self._handle(parent)
+
+    def cpu_affinity(self, device: str) -> frozenset[int]:
+        """CPU ids from NVML's bitmask, 64 CPUs per word. nvidia-smi topo -m: "CPU Affinity"."""
+        words = _nvml(pynvml.nvmlDeviceGetCpuAffinity, self._physical_handle(device), _AFFINITY_WORDS)
+        return _bits(words)
+
+    def memory_affinity(self, device: str) -> frozenset[int]:
+        """NUMA node ids from NVML's bitmask. nvidia-smi topo -m: "NUMA Affinity"."""
+        words = _nvml(pynvml.nvmlDeviceGetMemoryAffinity, self._physical_handle(device), _AFFINITY_WORDS,
+                      pynvml.NVML_AFFINITY_SCOPE_NODE)
+        return _bits(words)
+
     def gpm(self, device: str) -> GpmMetrics | None:
         """Ratios 0-1 (NVML: percent) over the interval since the previous call. No nvidia-smi -q field
         (``nvidia-smi dmon --gpm-metrics 2,3,5,10``). Hopper and later; a MIG instance is measured per GPU
@@ -501,6 +521,14 @@ class NvmlBackend:
 def _address(handle: Any) -> int | None:
     """A device handle's address: the same GPU's handle compares equal however NVML hands it out."""
     return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+# Affinity masks are asked in 64-bit words: 16 words hold 1024 CPUs (or NUMA nodes), Linux's usual NR_CPUS.
+_AFFINITY_WORDS = 16
+
+
+def _bits(words: Any) -> frozenset[int]:
+    return frozenset(64 * i + bit for i, word in enumerate(words) for bit in range(64) if int(word) >> bit & 1)
 
 
 def _first_of(handle: Any, current: Callable[[Any], T], legacy: Callable[[Any], T]) -> T:

@@ -12,6 +12,8 @@ The format (docs/gpu.md has the full description and how to record one)::
         values:                       # what every scrape reads, in nvidia-smi's units or base units
           memory: {total: 81559 MiB, used: 19818 MiB, reserved: 479 MiB}
           power_watts: 629.45 W
+          cpu_affinity: 0-31           # nvidia-smi topo -m "CPU Affinity" and "NUMA Affinity"
+          memory_affinity: 0
         scrapes:                      # per-scrape overrides of `values`, scrape 1 first
           - {energy_joules: 812345.1 J}
           - {energy_joules: 821790.0 J, xid_events: [79]}   # events the driver reported before scrape 2
@@ -44,6 +46,7 @@ from bottleneck_exporter.gpu.backend import (
     RemappedRows,
     Utilization,
 )
+from bottleneck_exporter.procfs import ProcParseError, parse_id_list
 
 
 class ProfileError(ValueError):
@@ -191,6 +194,14 @@ def _xids(value: Any, where: str) -> list[int]:
     return list(value)
 
 
+def _id_list(value: Any, where: str) -> frozenset[int]:
+    """``"0-31,64-95"`` as nvidia-smi topo -m prints CPU and NUMA affinity (a bare number is one id)."""
+    try:
+        return parse_id_list(str(value), where, "affinity")
+    except ProcParseError:
+        raise ProfileError(f"{where}: expected a list of ids such as '0-31,64-95'") from None
+
+
 def _record(cls: Callable[..., Any], keys: dict[str, str], convert: Callable[[Any, str], Any] = quantity,
             optional: tuple[str, ...] = ()) -> Callable[[Any, str], Any]:
     """A parser for a small dataclass: profile key -> dataclass field, each value through ``convert``."""
@@ -233,6 +244,8 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
                                             "pending": "pending", "failed": "failed"}, _flag_or_int),
     "processes": _processes,
     "gpm": _gpm,
+    "cpu_affinity": _id_list,
+    "memory_affinity": _id_list,
     "xid_events": _xids,
 }
 # Events, not readings: a scrape that records none had none.

@@ -62,12 +62,13 @@ from bottleneck_exporter.heuristics.sources import BUNDLES, DEFAULT_BUNDLE, Unre
 # The order a person reads the verdicts in (the runbook, the verdict dashboards, the bundles' promtool tests). A
 # verdict not named here comes after these, in its area's order.
 READING_ORDER = (
-    "InputBound", "TooFewLoaderWorkers", "LoaderSaturated", "IoBound", "GpuSawtooth",  # the input pipeline
+    "InputBound", "TooFewLoaderWorkers", "LoaderSaturated", "IoBound", "GpuSawtooth", "PageableCopies",  # input
     # the CPUs that feed it
     "TrainerCpuThrottled", "CpuSaturated", "CpuOverloaded", "DataLoaderWorkersExceedCpus", "ContextSwitchStorm",
     "MemoryPressure", "Swapping",  # memory
     "GpuMemoryUnderused", "GpuMemoryNearlyFull", "LaunchBound",  # GPU memory and kernel launches
     "GpuThrottled", "GpuTooHot", "PcieDegraded",  # GPU health
+    "GpuHeldIdle", "RankOnFarSocket",  # GPUs held for nothing, ranks far from their GPU
     "GpuImbalance", "StragglerRank", "NetworkBound", "CommunicationBound",  # the job across its ranks
     "TrainingStalled",  # stalls
     "GpuLost", "GpuUncorrectableErrors", "GpuXidFatal", "GpuXidApplication",  # hardware faults

@@ -127,6 +127,22 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "evaluation passes do not count as stalls (warning). The push receiver keeps a silent rank's "
               "series while its process runs, if it pushes over the Unix socket; over UDP it forgets the "
               "rank after --push.job-expiry (10m): there keep this plus the alert's for: below that."),
+    Parameter("placement_local_cpus_ratio", 0.1, "Share of the CPUs a rank may run on that are near its "
+              "GPU (the GPU's CPU affinity) below which it runs on the far socket. Pinned wholly to the other "
+              "socket reads 0; an unpinned rank reads one over the number of NUMA nodes (0.5 on two sockets), "
+              "so keep it below that."),
+    Parameter("placement_local_memory_ratio", 0.1, "Share of the NUMA nodes a rank may allocate from that "
+              "are its GPU's below which its host memory lies across the interconnect (numactl --membind to "
+              "the other node reads 0)."),
+    Parameter("pageable_batches_ratio", 0.5, "Share of the batches the hook samples on a CUDA rank whose host "
+              "tensors are in pageable (not pinned) memory above which its copies to the GPU block the "
+              "training thread."),
+    Parameter("gpu_held_idle_window", "30m", "How long a GPU must have been held while idle before "
+              "BottleneckGpuHeldIdle names it: a notebook left overnight, not a job between two epochs.",
+              "duration"),
+    Parameter("gpu_held_idle_ratio", 0.95, "Share of gpu_held_idle_window the GPU was held (a process with "
+              "memory on it, or allocated to a pod) while its utilization stayed at or below the gpu "
+              "collector's idle-ratio (5%)."),
     Parameter("stall_factor_critical", 60, "Step-time multiple without a finished step for the critical "
               "stall alert."),
     Parameter("stall_min_seconds_critical", 1800, "Minimum silence, in seconds, for the critical stall alert: "

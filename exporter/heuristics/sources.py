@@ -69,9 +69,16 @@ def family_of(metric: str) -> tuple[str, str] | None:
     raise ValueError(f"series {metric!r} belongs to no known source")
 
 
+# Ours beside dcgm-exporter although not the gpu collector's: the kubernetes collector runs under the dcgm preset
+# (only the dcgm-only preset turns it off), and the held-idle rule joins our idle counter with it on uuid.
+KUBERNETES_GPU_INFO = "bottleneck_gpu_kubernetes_info"
+
+
 def gpu_unique(metric: str) -> bool:
-    """Whether our gpu collector exports ``metric`` with --collector.gpu.only-unique (no dcgm-exporter twin)."""
-    return re.sub(r"_(bucket|count|sum)$", "", metric) in GPU_UNIQUE or metric in GPU_UNIQUE
+    """Whether our exporter exports ``metric`` beside dcgm-exporter (no twin there): the gpu collector's with
+    --collector.gpu.only-unique, and the kubernetes collector's GPU allocations."""
+    return (re.sub(r"_(bucket|count|sum)$", "", metric) in GPU_UNIQUE or metric in GPU_UNIQUE
+            or metric == KUBERNETES_GPU_INFO)
 
 
 def dcgm_as_ours(expr: str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
+from bottleneck_exporter.hook.pinning import CHECK_EVERY
 from bottleneck_exporter.hook.session import FETCH_ENDS_STEPPED, Samples, Session
 from bottleneck_exporter.hook.timing import DATA_WAIT, LOG_LIMIT, OTHER
 
@@ -140,7 +141,7 @@ class _InstrumentedIterator:
     """
 
     __slots__ = ("_batch_size", "_batches_left", "_clock", "_count_shapes", "_iterator", "_last_batch_size",
-                 "_log", "_session")
+                 "_log", "_session", "_until_pin_check")
 
     def __init__(self, iterator: Iterator[Any], session: Session,
                  sizes: tuple[int, int, int] | None = None) -> None:
@@ -152,6 +153,8 @@ class _InstrumentedIterator:
         # With the sizes known, batches are counted down instead of looked at (see known_batch_sizes).
         self._batch_size: int | None = None
         self._batches_left = self._last_batch_size = 0
+        # The second batch is the first checked: by then the first forward has told whether the rank is on CUDA.
+        self._until_pin_check = 2
         if sizes is not None:
             self._batch_size, self._batches_left, self._last_batch_size = sizes
 
@@ -212,6 +215,12 @@ class _InstrumentedIterator:
                         session.add_batch(batch)
                 else:
                     session.add_batch(batch)
+                pin_check = self._until_pin_check - 1
+                if pin_check:
+                    self._until_pin_check = pin_check
+                else:
+                    self._until_pin_check = CHECK_EVERY
+                    session.check_pinned(batch)
                 if len(log) > LOG_LIMIT:
                     self._clock.fold(wait=False)
             except Exception:

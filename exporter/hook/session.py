@@ -34,6 +34,7 @@ from bottleneck_exporter.hook.collective import enclosing_wrapper
 from bottleneck_exporter.hook.collective.clock import CollectiveClock
 from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.identity import identify
+from bottleneck_exporter.hook.pinning import PinCheck
 from bottleneck_exporter.hook.timing import (
     OPTIMIZER,
     OTHER,
@@ -179,6 +180,7 @@ class Session:
         self.interval = _interval(interval)
         self.samples = samples
         self.device = "cpu"
+        self.pin_check = PinCheck()
         self.gpu: GpuTimer | None = None
         self.collectives: CollectiveClock | None = None
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
@@ -310,6 +312,12 @@ class Session:
             count = float(count)
             if 0 <= count < math.inf:  # never NaN or infinity into the datagram
                 self.clock.fetched_samples += count
+
+    def check_pinned(self, batch: Any) -> None:
+        """Called by the loader for one batch in CHECK_EVERY: count it pinned or pageable on a CUDA rank
+        (on the CPU nothing is copied, so nothing is counted)."""
+        if self.device != "cpu":
+            self.pin_check.check(batch)
 
     # -- model, optimizer, loader -----------------------------------------------------------------------
     def attach_model(self, model: Any, count_samples_in_forward: bool = False, method: str = "forward") -> None:
@@ -457,6 +465,9 @@ class Session:
         if gpu is not None:
             numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,
                                   self._cuda_memory())
+        pins = self.pin_check
+        if pins.checked:
+            numbers += encode.host_batches(pins.pinned, pins.pageable)
         identity = self._identity_json or self._format_identity()
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""

@@ -91,6 +91,10 @@ class _RankFamilies:
             "persistent_workers": _gauge("bottleneck_train_dataloader_persistent_workers",
                                          "DataLoader persistent_workers (1 or 0)."),
         }
+        self.host_batches = _counter("bottleneck_train_host_batches_total",
+                                     "Batches the hook sampled on CUDA ranks, by where the loader "
+                                     "left their host tensors: pinned (page-locked) or pageable.",
+                                     [*_JR, "memory"])
         self.info = _gauge("bottleneck_train_info",
                            "Identity of a training rank pushing to this exporter; value 1.",
                            [*_JR, "local_rank", "world_size", "device"])
@@ -108,6 +112,9 @@ class _RankFamilies:
             self._loader(snap.loader, jr)
         if snap.gpu is not None:
             self._gpu(snap.gpu, jr)
+        if snap.host_batches is not None:
+            for memory, count in snap.host_batches.items():
+                self.host_batches.add_metric([*jr, memory], count)
 
     def _steps(self, snap: Snapshot, jr: list[str]) -> None:
         for name in HOST_PHASES:
@@ -151,7 +158,7 @@ class _RankFamilies:
     def all(self) -> tuple[Metric, ...]:
         return (self.phase, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase, self.gpu_busy,
                 self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
-                *self.loader.values(), self.info, self.last_step, self.dropped)
+                *self.loader.values(), self.host_batches, self.info, self.last_step, self.dropped)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

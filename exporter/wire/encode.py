@@ -70,6 +70,11 @@ def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float
             f'"dropped_timings":{dropped_timings}{extra}}}')
 
 
+def host_batches(pinned: int, pageable: int) -> str:
+    """``,"host_batches":{..}``: the batches the hook checked, by where their host tensors were."""
+    return f',"host_batches":{{"pinned":{pinned},"pageable":{pageable}}}'
+
+
 def loader(settings: Mapping[str, Any], worker_pids: Sequence[int]) -> str:
     """``,"loader":{..}``: the DataLoader's LOADER_SETTINGS and its workers' PIDs."""
     return ',"loader":' + _ENCODER.encode({**settings, "worker_pids": list(worker_pids)})

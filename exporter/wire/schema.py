@@ -44,7 +44,9 @@ GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_by
 # (``wire.encode`` writes them).
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
-OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader")
+OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader", "host_batches")
+# The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
+HOST_MEMORY = ("pinned", "pageable")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
 GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
@@ -127,6 +129,7 @@ class Snapshot:
     collective_seconds: float | None = None  # phase_seconds.collective, when sent
     skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
     collective_dropped_timings: int | None = None  # NCCL collectives whose CUDA events were given up, when sent
+    host_batches: dict[str, int] | None = None  # HOST_MEMORY key -> checked batches, when sent
 
 
 def sanitize_job(name: str) -> str:
@@ -181,6 +184,7 @@ def validate(data: bytes) -> Snapshot:
         skipped_steps=_int(obj, "skipped_steps", 0, 1 << 62) if "skipped_steps" in obj else None,
         collective_dropped_timings=_int(obj, "collective_dropped_timings", 0, 1 << 62)
         if "collective_dropped_timings" in obj else None,
+        host_batches=_host_batches(obj) if "host_batches" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
@@ -280,6 +284,11 @@ def _gpu(value: Any) -> GpuTotals:
         dropped_timings=_int(value, "dropped_timings", 0, 1 << 62, "gpu.dropped_timings")
         if "dropped_timings" in value else None,
     )
+
+
+def _host_batches(obj: dict[str, Any]) -> dict[str, int]:
+    counts = _mapping(obj, "host_batches", HOST_MEMORY)
+    return {key: _int(counts, key, 0, 1 << 62, f"host_batches.{key}") for key in HOST_MEMORY}
 
 
 def _kubernetes(value: Any) -> KubernetesIdentity:

@@ -111,6 +111,50 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckGpuHeldIdle",
+      expr: std.join('\n', [
+        "bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        "* on (" + p.cluster_label + ", instance, uuid) group_left (gpu)",
+        "(instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio + ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio,
+      ]),
+      "for": "5m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "GPU {{ $labels.gpu }} on {{ $labels.instance }} is held but idle.",
+        description: "GPU {{ $labels.gpu }} on {{ $labels.instance }} was held (memory held by a process, or allocated to a pod) and idle for {{ $value | humanizePercentage }} of the last " + p.gpu_held_idle_window + ": a GPU nobody else can use and nobody uses. Pod, where the kubelet allocated it to one: {{ $labels.namespace }}/{{ $labels.pod }}.",
+        verdict: "GPU held but idle",
+        advice: "Find its holder (the pod, or `bottleneck_gpu_process_idle_seconds_total` for the process): shut down the idle notebook kernel or the finished job, release the GPU in interactive sessions (`del model; torch.cuda.empty_cache()` frees memory, only ending the process frees the GPU), and give notebooks an idle culler (JupyterHub's cull_idle_timeout) or a time-slicing/MIG share instead of a whole GPU.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpuheldidle",
+      },
+    },
+    {
+      alert: "BottleneckRankOnFarSocket",
+      expr: std.join('\n', [
+        "(",
+        "  min without () (bottleneck_gpu_process_local_cpus_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_cpus_ratio,
+        "  or",
+        "  min without () (bottleneck_gpu_process_local_memory_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_memory_ratio,
+        ")",
+        "* on (" + p.cluster_label + ", instance, process, local_rank) group_left (training_job)",
+        "max by (" + p.cluster_label + ", instance, process, local_rank, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.process }} (local rank {{ $labels.local_rank }}) on {{ $labels.instance }} runs on the far socket from GPU {{ $labels.gpu }}.",
+        description: "Only {{ $value | humanizePercentage }} of the CPUs (or NUMA nodes) that {{ $labels.process }} (local rank {{ $labels.local_rank }}, training job {{ $labels.training_job }}) on {{ $labels.instance }} may use are near its GPU {{ $labels.gpu }}: every batch, pinned buffer and kernel launch crosses the socket interconnect.",
+        verdict: "rank placed on the far socket from its GPU",
+        advice: "Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (recent PyTorch) or `numactl --cpunodebind=N --membind=N` with N from `nvidia-smi topo -m` (NUMA Affinity); in Kubernetes set the kubelet's `topologyManagerPolicy: single-numa-node` (or `restricted`) with `cpuManagerPolicy: static`; fix launcher scripts that pin rank r to socket r % 2 while the GPUs are numbered the other way.",
+        runbook_url: p.runbook_base_url + "#bottleneckrankonfarsocket",
+      },
+    },
+    {
       alert: "BottleneckGpuLost",
       expr: "bottleneck_gpu_up" + p.bottleneckExporterSelector_braces + " == 0",
       "for": "1m",
@@ -279,6 +323,50 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckGpuHeldIdle",
+      expr: std.join('\n', [
+        "bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        "* on (" + p.cluster_label + ", instance, uuid) group_left (gpu)",
+        "(instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio + ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio,
+      ]),
+      "for": "5m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "GPU {{ $labels.gpu }} on {{ $labels.instance }} is held but idle.",
+        description: "GPU {{ $labels.gpu }} on {{ $labels.instance }} was held (memory held by a process, or allocated to a pod) and idle for {{ $value | humanizePercentage }} of the last " + p.gpu_held_idle_window + ": a GPU nobody else can use and nobody uses. Pod, where the kubelet allocated it to one: {{ $labels.namespace }}/{{ $labels.pod }}.",
+        verdict: "GPU held but idle",
+        advice: "Find its holder (the pod, or `bottleneck_gpu_process_idle_seconds_total` for the process): shut down the idle notebook kernel or the finished job, release the GPU in interactive sessions (`del model; torch.cuda.empty_cache()` frees memory, only ending the process frees the GPU), and give notebooks an idle culler (JupyterHub's cull_idle_timeout) or a time-slicing/MIG share instead of a whole GPU.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpuheldidle",
+      },
+    },
+    {
+      alert: "BottleneckRankOnFarSocket",
+      expr: std.join('\n', [
+        "(",
+        "  min without () (bottleneck_gpu_process_local_cpus_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_cpus_ratio,
+        "  or",
+        "  min without () (bottleneck_gpu_process_local_memory_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_memory_ratio,
+        ")",
+        "* on (" + p.cluster_label + ", instance, process, local_rank) group_left (training_job)",
+        "max by (" + p.cluster_label + ", instance, process, local_rank, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.process }} (local rank {{ $labels.local_rank }}) on {{ $labels.instance }} runs on the far socket from GPU {{ $labels.gpu }}.",
+        description: "Only {{ $value | humanizePercentage }} of the CPUs (or NUMA nodes) that {{ $labels.process }} (local rank {{ $labels.local_rank }}, training job {{ $labels.training_job }}) on {{ $labels.instance }} may use are near its GPU {{ $labels.gpu }}: every batch, pinned buffer and kernel launch crosses the socket interconnect.",
+        verdict: "rank placed on the far socket from its GPU",
+        advice: "Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (recent PyTorch) or `numactl --cpunodebind=N --membind=N` with N from `nvidia-smi topo -m` (NUMA Affinity); in Kubernetes set the kubelet's `topologyManagerPolicy: single-numa-node` (or `restricted`) with `cpuManagerPolicy: static`; fix launcher scripts that pin rank r to socket r % 2 while the GPUs are numbered the other way.",
+        runbook_url: p.runbook_base_url + "#bottleneckrankonfarsocket",
+      },
+    },
+    {
       alert: "BottleneckGpuLost",
       expr: "bottleneck_gpu_up" + p.bottleneckExporterSelector_braces + " == 0",
       "for": "1m",
@@ -444,6 +532,50 @@ function(p) {
         verdict: "PCIe link degraded",
         advice: "Re-seat the card, check the slot (x16, not x4) and the riser, update the BIOS; compare with the node's other GPUs.",
         runbook_url: p.runbook_base_url + "#bottleneckpciedegraded",
+      },
+    },
+    {
+      alert: "BottleneckGpuHeldIdle",
+      expr: std.join('\n', [
+        "bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        "* on (" + p.cluster_label + ", instance, uuid) group_left (gpu)",
+        "(instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio + ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window + " > " + p.gpu_held_idle_ratio,
+      ]),
+      "for": "5m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "GPU {{ $labels.gpu }} on {{ $labels.instance }} is held but idle.",
+        description: "GPU {{ $labels.gpu }} on {{ $labels.instance }} was held (memory held by a process, or allocated to a pod) and idle for {{ $value | humanizePercentage }} of the last " + p.gpu_held_idle_window + ": a GPU nobody else can use and nobody uses. Pod, where the kubelet allocated it to one: {{ $labels.namespace }}/{{ $labels.pod }}.",
+        verdict: "GPU held but idle",
+        advice: "Find its holder (the pod, or `bottleneck_gpu_process_idle_seconds_total` for the process): shut down the idle notebook kernel or the finished job, release the GPU in interactive sessions (`del model; torch.cuda.empty_cache()` frees memory, only ending the process frees the GPU), and give notebooks an idle culler (JupyterHub's cull_idle_timeout) or a time-slicing/MIG share instead of a whole GPU.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpuheldidle",
+      },
+    },
+    {
+      alert: "BottleneckRankOnFarSocket",
+      expr: std.join('\n', [
+        "(",
+        "  min without () (bottleneck_gpu_process_local_cpus_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_cpus_ratio,
+        "  or",
+        "  min without () (bottleneck_gpu_process_local_memory_ratio" + p.bottleneckExporterSelector_braces + ") < " + p.placement_local_memory_ratio,
+        ")",
+        "* on (" + p.cluster_label + ", instance, process, local_rank) group_left (training_job)",
+        "max by (" + p.cluster_label + ", instance, process, local_rank, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.process }} (local rank {{ $labels.local_rank }}) on {{ $labels.instance }} runs on the far socket from GPU {{ $labels.gpu }}.",
+        description: "Only {{ $value | humanizePercentage }} of the CPUs (or NUMA nodes) that {{ $labels.process }} (local rank {{ $labels.local_rank }}, training job {{ $labels.training_job }}) on {{ $labels.instance }} may use are near its GPU {{ $labels.gpu }}: every batch, pinned buffer and kernel launch crosses the socket interconnect.",
+        verdict: "rank placed on the far socket from its GPU",
+        advice: "Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (recent PyTorch) or `numactl --cpunodebind=N --membind=N` with N from `nvidia-smi topo -m` (NUMA Affinity); in Kubernetes set the kubelet's `topologyManagerPolicy: single-numa-node` (or `restricted`) with `cpuManagerPolicy: static`; fix launcher scripts that pin rank r to socket r % 2 while the GPUs are numbered the other way.",
+        runbook_url: p.runbook_base_url + "#bottleneckrankonfarsocket",
       },
     },
     {

@@ -99,6 +99,26 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckPageableCopies",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "info",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.rank }} of job {{ $labels.training_job }} copies its batches to the GPU from pageable memory.",
+        description: "{{ $value | humanizePercentage }} of the batches the hook checked on rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} were in pageable host memory: each copy to the GPU is staged by the driver and blocks the training thread, non_blocking or not.",
+        verdict: "pageable host-to-device copies",
+        advice: "Set pin_memory=True on the DataLoader (or pin the tensors a custom loader returns, tensor.pin_memory()) and copy with .to(device, non_blocking=True), so the copy overlaps the previous step's compute.",
+        runbook_url: p.runbook_base_url + "#bottleneckpageablecopies",
+      },
+    },
+    {
       alert: "BottleneckLaunchBound",
       expr: std.join('\n', [
         "(",
@@ -284,6 +304,26 @@ function(p) {
         verdict: "IO-bound (input blocked on storage)",
         advice: "Use faster storage (local NVMe instead of network or spinning disks), pack small files into large shards (WebDataset, TFRecord, HDF5), cache the dataset in RAM, read in parallel.",
         runbook_url: p.runbook_base_url + "#bottleneckiobound",
+      },
+    },
+    {
+      alert: "BottleneckPageableCopies",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "info",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.rank }} of job {{ $labels.training_job }} copies its batches to the GPU from pageable memory.",
+        description: "{{ $value | humanizePercentage }} of the batches the hook checked on rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} were in pageable host memory: each copy to the GPU is staged by the driver and blocks the training thread, non_blocking or not.",
+        verdict: "pageable host-to-device copies",
+        advice: "Set pin_memory=True on the DataLoader (or pin the tensors a custom loader returns, tensor.pin_memory()) and copy with .to(device, non_blocking=True), so the copy overlaps the previous step's compute.",
+        runbook_url: p.runbook_base_url + "#bottleneckpageablecopies",
       },
     },
     {
@@ -475,6 +515,26 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckPageableCopies",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "info",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.rank }} of job {{ $labels.training_job }} copies its batches to the GPU from pageable memory.",
+        description: "{{ $value | humanizePercentage }} of the batches the hook checked on rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} were in pageable host memory: each copy to the GPU is staged by the driver and blocks the training thread, non_blocking or not.",
+        verdict: "pageable host-to-device copies",
+        advice: "Set pin_memory=True on the DataLoader (or pin the tensors a custom loader returns, tensor.pin_memory()) and copy with .to(device, non_blocking=True), so the copy overlaps the previous step's compute.",
+        runbook_url: p.runbook_base_url + "#bottleneckpageablecopies",
+      },
+    },
+    {
       alert: "BottleneckLaunchBound",
       expr: std.join('\n', [
         "(",
@@ -660,6 +720,26 @@ function(p) {
         verdict: "IO-bound (input blocked on storage)",
         advice: "Use faster storage (local NVMe instead of network or spinning disks), pack small files into large shards (WebDataset, TFRecord, HDF5), cache the dataset in RAM, read in parallel.",
         runbook_url: p.runbook_base_url + "#bottleneckiobound",
+      },
+    },
+    {
+      alert: "BottleneckPageableCopies",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "10m",
+      labels: {
+        severity: "info",
+      },
+      annotations: {
+        summary: "Rank {{ $labels.rank }} of job {{ $labels.training_job }} copies its batches to the GPU from pageable memory.",
+        description: "{{ $value | humanizePercentage }} of the batches the hook checked on rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} were in pageable host memory: each copy to the GPU is staged by the driver and blocks the training thread, non_blocking or not.",
+        verdict: "pageable host-to-device copies",
+        advice: "Set pin_memory=True on the DataLoader (or pin the tensors a custom loader returns, tensor.pin_memory()) and copy with .to(device, non_blocking=True), so the copy overlaps the previous step's compute.",
+        runbook_url: p.runbook_base_url + "#bottleneckpageablecopies",
       },
     },
     {

@@ -40,6 +40,10 @@ local numbers = [
   "collective_ratio",
   "stall_factor",
   "stall_min_seconds",
+  "placement_local_cpus_ratio",
+  "placement_local_memory_ratio",
+  "pageable_batches_ratio",
+  "gpu_held_idle_ratio",
   "stall_factor_critical",
   "stall_min_seconds_critical",
   "cpu_throttled_periods_ratio",
@@ -59,6 +63,7 @@ local texts = [
   "xid_window",
   "xid_fatal",
   "xid_application",
+  "gpu_held_idle_window",
 ];
 
 local selectors = [

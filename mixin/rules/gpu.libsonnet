@@ -47,6 +47,17 @@ function(p) {
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
     },
     {
+      record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
+      expr: std.join('\n', [
+        "(",
+        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+      ]),
+    },
+    {
       record: "instance:bottleneck_node_slowdown_cause:info",
       expr: std.join('\n', [
         "label_replace(",
@@ -128,6 +139,17 @@ function(p) {
     {
       record: "instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg" + p.rate_window,
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
+      expr: std.join('\n', [
+        "(",
+        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+      ]),
     },
     {
       record: "instance:bottleneck_node_slowdown_cause:info",
@@ -234,6 +256,17 @@ function(p) {
     {
       record: "instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg" + p.rate_window,
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
+      expr: std.join('\n', [
+        "(",
+        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
+        ")",
+        "or on (" + p.cluster_label + ", instance, uuid)",
+        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+      ]),
     },
     {
       record: "instance:bottleneck_node_slowdown_cause:info",

@@ -13,6 +13,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
+        "/",
+        "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -139,6 +147,14 @@ function(p) {
         "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
         "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
+        "/",
+        "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
       ]),
     },
     {
@@ -271,6 +287,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
+        "/",
+        "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -397,6 +421,14 @@ function(p) {
         "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
         "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
+        "/",
+        "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
       ]),
     },
     {

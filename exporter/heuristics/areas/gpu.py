@@ -41,6 +41,13 @@ RECORDS: tuple[Record, ...] = (
     Record("throttle", f"instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg{W}",
            'max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{reason=~"${throttle_reasons}"}'
            f"[{W}]))", "gpu"),
+    # Held: a process holds memory on it, or the kubelet allocated it to a pod (with or without a process).
+    # The pod's case comes first: its GPU is held whether or not a process has memory on it.
+    Record("gpu_held_idle", "instance_gpu:bottleneck_gpu_held_idle:ratio_rate${gpu_held_idle_window}",
+           "(\n  sum without (held) (rate(bottleneck_gpu_idle_seconds_total[${gpu_held_idle_window}]))\n"
+           "  and on (instance, uuid) bottleneck_gpu_kubernetes_info\n)\nor on (instance, uuid)\n"
+           'sum without (held) (rate(bottleneck_gpu_idle_seconds_total{held="process"}[${gpu_held_idle_window}]))',
+           "gpu"),
     # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
     # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
     # A bundle without a source keeps the other causes (dcgm-exporter's default counters: no XID counter,
@@ -88,6 +95,9 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("gpu_ecc_uncorrected", f'increase(bottleneck_gpu_ecc_errors_total{{type="uncorrected"}}[{W}])'),
     Signal("gpu_pcie_replays", f"increase(bottleneck_gpu_pcie_replays_total[{W}])"),
     Signal("gpu_process_memory", "bottleneck_gpu_process_memory_used_bytes"),
+    # Share of the time a GPU was idle, held or not (a pod's allocation holds it), and per holding process.
+    Signal("gpu_idle_share", f"sum without (held) (rate(bottleneck_gpu_idle_seconds_total[{W}]))"),
+    Signal("gpu_process_idle_share", f"rate(bottleneck_gpu_process_idle_seconds_total[{W}])"),
 )
 
 
@@ -231,6 +241,66 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "/ `..._max_width`, `bottleneck_gpu_pcie_replays_total`.",
         compares=('pcie',), threshold="1",
         scope=GPU, unit="percentunit", group="gpu",
+    ),
+    Heuristic(
+        name="GpuHeldIdle",
+        verdict="GPU held but idle",
+        # A pod's GPU is named once per pod that holds it (time-slicing shares one GPU between pods).
+        expr="bottleneck_gpu_kubernetes_info\n* on (instance, uuid) group_left (gpu)\n"
+        "(<<gpu_held_idle>> > ${gpu_held_idle_ratio})\nor on (instance, uuid)\n"
+        "<<gpu_held_idle>> > ${gpu_held_idle_ratio}",
+        for_="5m",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is held but idle.",
+        description="GPU {{ $labels.gpu }} on {{ $labels.instance }} was held (memory held by a process, or "
+        "allocated to a pod) and idle for {{ $value | humanizePercentage }} of the last ${gpu_held_idle_window}: "
+        "a GPU nobody else can use and nobody uses. Pod, where the kubelet allocated it to one: "
+        "{{ $labels.namespace }}/{{ $labels.pod }}.",
+        advice="Find its holder (the pod, or `bottleneck_gpu_process_idle_seconds_total` for the process): shut "
+        "down the idle notebook kernel or the finished job, release the GPU in interactive sessions "
+        "(`del model; torch.cuda.empty_cache()` frees memory, only ending the process frees the GPU), and give "
+        "notebooks an idle culler (JupyterHub's cull_idle_timeout) or a time-slicing/MIG share instead of a "
+        "whole GPU.",
+        meaning="Fleet studies rank held-but-unused GPUs among the largest wastes of a cluster: a notebook "
+        "left open overnight, a job that finished its work but not its process, a pod that requested a GPU it "
+        "never uses. The scheduler sees the GPU as taken, so other jobs queue while it sits idle.",
+        evidence="`bottleneck_gpu_idle_seconds_total` (held=process), "
+        "`bottleneck_gpu_process_idle_seconds_total` (which process), `bottleneck_gpu_kubernetes_info` (which "
+        "pod), `bottleneck_gpu_process_memory_used_bytes`; the fleet dashboard's idle GPU-hours by namespace, "
+        "job and pod.",
+        compares=("gpu_held_idle",), threshold="gpu_held_idle_ratio",
+        scope=GPU, unit="percentunit", group="gpu",
+    ),
+    Heuristic(
+        name="RankOnFarSocket",
+        verdict="rank placed on the far socket from its GPU",
+        # min without (): drops the names, so that the union of the two ratios keeps one series per rank.
+        expr="(\n  min without () (bottleneck_gpu_process_local_cpus_ratio)"
+        " < ${placement_local_cpus_ratio}\n  or\n  min without () "
+        "(bottleneck_gpu_process_local_memory_ratio) < ${placement_local_memory_ratio}\n)\n"
+        "* on (instance, process, local_rank) group_left (training_job)\n"
+        "max by (instance, process, local_rank, training_job) (bottleneck_training_process_info)",
+        for_="10m",
+        summary="Rank {{ $labels.process }} (local rank {{ $labels.local_rank }}) on {{ $labels.instance }} runs "
+        "on the far socket from GPU {{ $labels.gpu }}.",
+        description="Only {{ $value | humanizePercentage }} of the CPUs (or NUMA nodes) that "
+        "{{ $labels.process }} (local rank {{ $labels.local_rank }}, training job {{ $labels.training_job }}) on "
+        "{{ $labels.instance }} may use are near its GPU {{ $labels.gpu }}: every batch, pinned "
+        "buffer and kernel launch crosses the socket interconnect.",
+        advice="Bind each rank to its GPU's socket: `torchrun --numa-binding=node` (recent PyTorch) or "
+        "`numactl --cpunodebind=N --membind=N` with N from `nvidia-smi topo -m` (NUMA Affinity); in Kubernetes "
+        "set the kubelet's `topologyManagerPolicy: single-numa-node` (or `restricted`) with "
+        "`cpuManagerPolicy: static`; fix launcher scripts that pin rank r to socket r % 2 while the GPUs are "
+        "numbered the other way.",
+        meaning="A GPU hangs off one CPU socket's PCIe root. A rank whose CPUs (Cpus_allowed_list) or memory "
+        "(Mems_allowed_list) are all on the other socket copies every batch across the interconnect (UPI, "
+        "Infinity Fabric), reads its pinned buffers from remote memory and launches kernels with the added "
+        "latency; the loss grows with the input bandwidth. An unpinned rank is not flagged: the scheduler may "
+        "move it.",
+        evidence="`bottleneck_gpu_process_local_cpus_ratio`, `bottleneck_gpu_process_local_memory_ratio`, "
+        "`nvidia-smi topo -m` (CPU and NUMA Affinity), `grep -E '(Cpus|Mems)_allowed_list' /proc/PID/status`, "
+        "`taskset -cp PID`.",
+        compares=(), threshold="",
+        scope=("instance", "gpu", "uuid", "process", "local_rank"), unit="percentunit", group="gpu",
     ),
     Heuristic(
         name="GpuLost",

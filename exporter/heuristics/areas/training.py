@@ -26,6 +26,10 @@ RECORDS: tuple[Record, ...] = (
            "max by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
            "or on (instance, training_job, rank)\n"
            "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
+    # The hook samples one batch in 64 on a CUDA rank; no sample in the window leaves the ratio out (0/0).
+    Record("pageable_batches", f"job_rank:bottleneck_train_pageable_batches:ratio_rate{W}",
+           f'sum without (memory) (rate(bottleneck_train_host_batches_total{{memory="pageable"}}[{W}]))\n'
+           f"/\nsum without (memory) (rate(bottleneck_train_host_batches_total[{W}]))", "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
@@ -197,6 +201,29 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "loaders' CPU in `bottleneck_training_busiest_thread_cpu_ratio`.",
         compares=('data_wait',), threshold="data_wait_ratio",
         scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="PageableCopies",
+        verdict="pageable host-to-device copies",
+        expr="<<pageable_batches>> > ${pageable_batches_ratio}",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} copies its batches to the GPU from "
+        "pageable memory.",
+        description="{{ $value | humanizePercentage }} of the batches the hook checked on rank {{ $labels.rank }} "
+        "of job {{ $labels.training_job }} on {{ $labels.instance }} were in pageable host memory: each copy "
+        "to the GPU is staged by the driver and blocks the training thread, non_blocking or not.",
+        advice="Set pin_memory=True on the DataLoader (or pin the tensors a custom loader returns, "
+        "tensor.pin_memory()) and copy with .to(device, non_blocking=True), so the copy overlaps the "
+        "previous step's compute.",
+        meaning="CUDA copies from pageable host memory through a pinned staging buffer, synchronously with "
+        "the host: the training thread waits for every batch's copy instead of queueing it, and the GPU idles "
+        "meanwhile. Nsight Systems' cuda_memcpy_async rule flags the same from a trace; the hook sees it live "
+        "by sampling whether the loader's batches are pinned (Tensor.is_pinned(), no device call).",
+        evidence="`bottleneck_train_host_batches_total` by memory (pinned, pageable), "
+        "`bottleneck_train_dataloader_pin_memory`, the forward and data-wait phases in "
+        "`bottleneck_train_phase_seconds_total`.",
+        compares=("pageable_batches",), threshold="pageable_batches_ratio",
+        scope=RANK, unit="percentunit", group="training", tiers=(Tier("info"),),
     ),
     Heuristic(
         name="LaunchBound",

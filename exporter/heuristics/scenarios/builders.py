@@ -237,6 +237,48 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
     return out
 
 
+def host_batches(tl: Timeline, pageable: float, checked_per_second: float = 0.2, rank_: str = "0",
+                 instance: str = INSTANCE, training_job: str = TRAIN_JOB,
+                 before: float | None = None) -> list[Series]:
+    """The hook's sampled batches of a CUDA rank, ``pageable`` of them in pageable memory (``before`` until
+    the start); absent before the rank starts unless ``before`` is given."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
+    b = pageable if before is None else before
+    return [series("bottleneck_train_host_batches_total", {**labels, "memory": "pageable"},
+                   counter(tl, checked_per_second * pageable, checked_per_second * b)),
+            series("bottleneck_train_host_batches_total", {**labels, "memory": "pinned"},
+                   counter(tl, checked_per_second * (1 - pageable), checked_per_second * (1 - b)))]
+
+
+def gpu_idle(tl: Timeline, held: float = 0.0, free: float = 0.0, index: str = "0", instance: str = INSTANCE,
+             before: Mapping[str, float] | None = None) -> list[Series]:
+    """The gpu collector's idle-time counter of one GPU: ``held`` and ``free`` are the idle seconds per second
+    while a process held memory on it and while none did (``before`` until the start)."""
+    b = {"held": held, "free": free, **(before or {})}
+    labels = {"instance": instance, "job": EXPORTER_JOB, "gpu": index, "uuid": f"GPU-5e1f7c3a-000{index}"}
+    return [series("bottleneck_gpu_idle_seconds_total", {**labels, "held": "process"}, counter(tl, held, b["held"])),
+            series("bottleneck_gpu_idle_seconds_total", {**labels, "held": "none"}, counter(tl, free, b["free"]))]
+
+
+def gpu_pod(tl: Timeline, pod: str, namespace: str = "research", index: str = "0",
+            instance: str = INSTANCE) -> list[Series]:
+    """The kubernetes collector's allocation of one GPU to a pod's container."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "uuid": f"GPU-5e1f7c3a-000{index}",
+              "resource": "nvidia.com/gpu", "namespace": namespace, "pod": pod, "container": "main"}
+    return [series("bottleneck_gpu_kubernetes_info", labels, gauge(tl, 1))]
+
+
+def placement(tl: Timeline, cpus: float, memory: float = 0.5, index: str = "0", local_rank: str = "0",
+              instance: str = INSTANCE, before: Mapping[str, float] | None = None) -> list[Series]:
+    """The gpu collector's placement of a trainer (``train.py``) on its GPU: the share of its allowed CPUs and
+    NUMA nodes near the GPU."""
+    b = {"cpus": cpus, "memory": memory, **(before or {})}
+    labels = {"instance": instance, "job": EXPORTER_JOB, "gpu": index, "uuid": f"GPU-5e1f7c3a-000{index}",
+              "process": "train.py", "local_rank": local_rank}
+    return [series("bottleneck_gpu_process_local_cpus_ratio", labels, gauge(tl, cpus, b["cpus"])),
+            series("bottleneck_gpu_process_local_memory_ratio", labels, gauge(tl, memory, b["memory"]))]
+
+
 def xid(tl: Timeline, code: str, errors_at: Sequence[int], index: str = "0", instance: str = INSTANCE) -> list[Series]:
     """The gpu collector's XID counter for one GPU and code: 0 until the first event, one more per event."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "gpu": index, "uuid": f"GPU-5e1f7c3a-000{index}", "xid": code}

@@ -6,9 +6,28 @@ Used at build time and by tests only: the daemon never imports it.
 
 from __future__ import annotations
 
-from bottleneck_exporter.heuristics.scenarios.builders import ecc_uncorrected, gpu, node, rank, xid
+from bottleneck_exporter.heuristics.scenarios.builders import (
+    ecc_uncorrected,
+    gpu,
+    gpu_idle,
+    gpu_pod,
+    node,
+    placement,
+    process,
+    rank,
+    xid,
+)
 from bottleneck_exporter.heuristics.scenarios.series import series
-from bottleneck_exporter.heuristics.scenarios.table import FIRES, GPU0, NEAR_MISS, NOT_YET, Expect, Scenario, row
+from bottleneck_exporter.heuristics.scenarios.table import (
+    FIRES,
+    GPU0,
+    NEAR_MISS,
+    NOT_YET,
+    PROC0,
+    Expect,
+    Scenario,
+    row,
+)
 
 e = Expect  # one expected alert instance: e(labels, value)
 
@@ -51,6 +70,34 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("PcieDegraded", NEAR_MISS, "idle_gpu_link_drops_to_gen1_by_design", lambda t: gpu(t, gen=1, util=0.0)),
     row("PcieDegraded", NOT_YET, "link_retrained_to_x4_recently",
         lambda t: gpu(t, width=4, util=0.9, before={"width": 16}), e(GPU0, 0.25)),
+    # -- GPUs held but idle (the window is gpu_held_idle_window, 30m: scenarios run past it) ---------------------------
+    row("GpuHeldIdle", FIRES, "notebook_kernel_holds_an_idle_gpu_for_45_minutes",
+        lambda t: gpu(t, util=0.0, mem=0.02) + gpu_idle(t, held=1.0), e(GPU0, 1.0), eval_at=45),
+    row("GpuHeldIdle", FIRES, "pod_allocated_a_gpu_it_never_touches",
+        lambda t: gpu(t, util=0.0, mem=0.0) + gpu_idle(t, free=1.0) + gpu_pod(t, "nb-alice-0"),
+        e({**GPU0, "namespace": "research", "pod": "nb-alice-0", "container": "main",
+           "resource": "nvidia.com/gpu"}, 1.0), eval_at=45),
+    row("GpuHeldIdle", NEAR_MISS, "idle_gpu_nobody_holds_is_free_capacity",
+        lambda t: gpu(t, util=0.0, mem=0.0) + gpu_idle(t, free=1.0), eval_at=45),
+    row("GpuHeldIdle", NEAR_MISS, "job_idle_one_minute_in_ten_between_epochs",
+        lambda t: gpu(t, util=0.8) + gpu_idle(t, held=0.1), eval_at=45),
+    row("GpuHeldIdle", NOT_YET, "training_finished_but_its_process_still_holds_the_gpu",
+        lambda t: gpu(t, util=0.0, mem=0.3, before={"util": 0.9}) + gpu_idle(t, held=1.0, before={"held": 0.0}),
+        e(GPU0)),
+    # -- placement -------------------------------------------------------------------------------------------------
+    row("RankOnFarSocket", FIRES, "rank_pinned_with_taskset_to_the_other_socket",
+        lambda t: placement(t, cpus=0.0) + process(t),
+        e({**PROC0, "gpu": "0", "uuid": "GPU-5e1f7c3a-0000", "training_job": "resnet50"}, 0.0)),
+    row("RankOnFarSocket", FIRES, "memory_bound_to_the_far_numa_node",
+        lambda t: placement(t, cpus=1.0, memory=0.0) + process(t),
+        e({**PROC0, "gpu": "0", "uuid": "GPU-5e1f7c3a-0000", "training_job": "resnet50"}, 0.0)),
+    row("RankOnFarSocket", NEAR_MISS, "unpinned_rank_on_a_two_socket_node",
+        lambda t: placement(t, cpus=0.5, memory=0.5) + process(t)),
+    row("RankOnFarSocket", NEAR_MISS, "unpinned_rank_on_a_four_numa_node_epyc",
+        lambda t: placement(t, cpus=0.25, memory=0.25) + process(t)),
+    row("RankOnFarSocket", NOT_YET, "launcher_rebound_the_rank_recently",
+        lambda t: placement(t, cpus=0.0, before={"cpus": 1.0}) + process(t),
+        e({**PROC0, "gpu": "0", "uuid": "GPU-5e1f7c3a-0000", "training_job": "resnet50"})),
     # -- hardware faults -----------------------------------------------------------------------------------------------
     row("GpuLost", FIRES, "gpu_fell_off_the_bus", lambda t: gpu(t, up=0) + gpu(t, index="1"), e(GPU0, 0),
         severity="critical"),

@@ -6,7 +6,7 @@ Used at build time and by tests only: the daemon never imports it.
 
 from __future__ import annotations
 
-from bottleneck_exporter.heuristics.scenarios.builders import gpu, node, process, rank
+from bottleneck_exporter.heuristics.scenarios.builders import gpu, host_batches, node, process, rank
 from bottleneck_exporter.heuristics.scenarios.series import (
     EXPORTER_JOB,
     INSTANCE,
@@ -103,6 +103,16 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("IoBound", NOT_YET, "job_started_on_a_saturated_disk",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01) + node(t, disk_busy=0.95)
         + process(t, worker=0.2), e(RANK0, 0.8)),
+    # -- host-to-device copies (the hook samples one batch in 64: 0.2 checks a second at ~13 steps/s) ----------
+    row("PageableCopies", FIRES, "pin_memory_false_loader_on_a_cuda_rank",
+        lambda t: rank(t) + host_batches(t, pageable=1.0), e(RANK0, 1.0), severity="info"),
+    row("PageableCopies", NEAR_MISS, "pinned_loader_on_a_cuda_rank",
+        lambda t: rank(t) + host_batches(t, pageable=0.0), severity="info"),
+    row("PageableCopies", NEAR_MISS, "custom_collate_pins_two_batches_in_three",
+        lambda t: rank(t) + host_batches(t, pageable=1 / 3), severity="info"),
+    row("PageableCopies", NEAR_MISS, "cpu_rank_copies_nothing", lambda t: rank(t, device="cpu"), severity="info"),
+    row("PageableCopies", NOT_YET, "loader_rebuilt_without_pin_memory",
+        lambda t: rank(t) + host_batches(t, pageable=1.0, before=0.0), e(RANK0), severity="info"),
     # -- GPU memory and launch -----------------------------------------------------------------------------------------
     row("LaunchBound", FIRES, "tiny_kernels_gpu_35pct_busy_no_data_wait",
         lambda t: rank(t, data_wait=0.01) + gpu(t, util=0.35) + node(t, busy=0.4),

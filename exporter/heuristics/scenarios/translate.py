@@ -21,6 +21,7 @@ from bottleneck_exporter.heuristics.sources import (
     DCGM,
     DCGM_BESIDE_OURS,
     DCGM_TWINS,
+    KUBERNETES_GPU_INFO,
     NODE_EXPORTER,
     NODE_EXPORTER_TWINS,
     OURS,
@@ -80,6 +81,8 @@ def _dcgm(series: Sequence[Series]) -> list[Series]:
     used = {tuple(kv for kv in s.labels if kv[0] != "__name__"): s.track for s in series
             if _name(s) == "bottleneck_gpu_memory_used_bytes"}
     for s in series:
+        if _name(s) == KUBERNETES_GPU_INFO:
+            continue  # the kubernetes collector's, not a GPU reading: no dcgm-exporter twin
         labels = _dcgm_labels(dict(s.labels))
         out += _twins(s, DCGM_TWINS, labels, drop=("uuid",))
         if _name(s) == "bottleneck_gpu_memory_total_bytes":
