@@ -35,7 +35,9 @@ OTHER_TEXT = {"rate_window": "2m", "xid_window": "3h", "exporter_job": "gpu-node
               "sawtooth_busy_le": "0.9", "throttle_reasons": "hw_slowdown", "xid_fatal": "79",
               "xid_application": "13|43", "cluster_label": "k8s_cluster", "rule_interval": "30s"}
 OVERRIDES: dict[str, object] = {
-    name: OTHER_TEXT[name] if isinstance(param.default, str) else round(param.default * 2 + 0.01, 6)
+    # A duration not named above: one no default has.
+    name: (OTHER_TEXT.get(name, "17m") if param.kind == "duration" else OTHER_TEXT[name])
+    if isinstance(param.default, str) else round(param.default * 2 + 0.01, 6)
     for name, param in PARAMETERS.items()
 }
 
