@@ -29,11 +29,15 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
+from bottleneck_exporter.hook import checkpoint
+from bottleneck_exporter.hook.checkpoint import CheckpointClock
 from bottleneck_exporter.hook.collective import attach as attach_collectives
 from bottleneck_exporter.hook.collective import enclosing_wrapper
 from bottleneck_exporter.hook.collective.clock import CollectiveClock
 from bottleneck_exporter.hook.forward import TimedForward
+from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.identity import identify
+from bottleneck_exporter.hook.startup import process_start
 from bottleneck_exporter.hook.timing import (
     OPTIMIZER,
     OTHER,
@@ -181,6 +185,12 @@ class Session:
         self.device = "cpu"
         self.gpu: GpuTimer | None = None
         self.collectives: CollectiveClock | None = None
+        # What the training thread loses besides its phases: start-up, collections, checkpoint saves.
+        self.started = process_start()
+        self.gc = GcClock()
+        self.gc.attach()
+        self.checkpoints = CheckpointClock()
+        checkpoint.watch()
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -453,6 +463,12 @@ class Session:
             totals.step_seconds, collectives.seconds() if collectives is not None else None, totals.buckets,
             totals.skipped_steps if self.skips_counted else None,
             collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
+        first, started = totals.first_step_end, self.started
+        saves, gc = self.checkpoints, self.gc
+        numbers += encode.trainer(first - started if first is not None and started is not None else None,
+                                  totals.long_steps, totals.long_step_excess_seconds, totals.median_step_seconds,
+                                  saves.seconds, saves.saves, gc.seconds, gc.collections)
+        checkpoint.watch()  # torch.distributed.checkpoint may have been loaded since
         gpu = self.gpu
         if gpu is not None:
             numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,
@@ -538,6 +554,8 @@ class Session:
             self._send()
         if self.collectives is not None:
             self.collectives.stopped = True
+        self.gc.detach()
+        self.checkpoints.stop()
         self._remove_hooks()
         self.transport.close()
 
@@ -546,6 +564,8 @@ class Session:
         and no lock a vanished thread might hold is ever taken."""
         self.active = False
         self.clock.forked()
+        self.gc.detach()
+        self.checkpoints.stop()
         self._sending = threading.Lock()
         if self.collectives is not None:
             self.collectives.forked()
