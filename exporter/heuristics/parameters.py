@@ -122,7 +122,7 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "training thread above which saving holds training back (a 2-minute save every 20 minutes)."),
     Parameter("long_step_lost_ratio", 0.1, "Share of a rank's stepping time lost to long steps (their time "
               "above the median step; a step is long beyond median + 3 sigma, SageMaker's StepOutlier bound, "
-              "and 1.5 times the median) above which they are a verdict of their own. Below it, the loss is "
+              "and three times the median) above which they are a verdict of their own. Below it, the loss is "
               "within what a busy machine's scheduling costs a healthy loop."),
     Parameter("startup_max_seconds", 1200, "Seconds from a training process's start to the end of its first "
               "step above which its start-up is slow (SageMaker's MaxInitializationTime: 20 minutes)."),

@@ -104,7 +104,7 @@ class _RankFamilies:
                               "Seconds from the training process's start to the end of its first step.")
         self.long_steps = _counter("bottleneck_train_long_steps_total",
                                    "Steps far above the rank's median step (median + 3 sigma from the IQR, and "
-                                   "1.5 times the median).")
+                                   "three times the median).")
         self.long_excess = _counter("bottleneck_train_long_step_excess_seconds_total",
                                     "Time of the long steps above the median step: wall time lost to them.")
         self.median = _gauge("bottleneck_train_step_median_seconds", "Median of the rank's last 128 step times.")

@@ -316,7 +316,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "critical path (asynchronously, less often, on one rank), or make it cheaper.",
         meaning="Most steps take about the median, but some come back far longer (longer than the median plus "
         "three standard deviations, SageMaker's StepOutlier bound, the deviation estimated from the "
-        "interquartile range of the last 128 steps so that the long steps do not widen it). The time they "
+        "interquartile range of the last 128 steps so that the long steps do not widen it, and longer than "
+        "three times the median, so that a busy machine's scheduling jitter does not count). The time they "
         "take above the median is lost to training. Where the hook sees the cause, the verdict that names it "
         "fires instead: BottleneckBlockingCheckpoints for saves, BottleneckGcPauses for collections.",
         evidence="`bottleneck_train_long_step_excess_seconds_total` and `bottleneck_train_long_steps_total` "
