@@ -49,6 +49,9 @@ LOG_LIMIT = 1 << 16
 # first steps compile and warm caches: that is the start-up's time, bottleneck_train_startup_seconds).
 RECENT_STEPS = 128
 TUNE_STEPS = 16
+# The bound moves slowly: it is computed again (a sort of RECENT_STEPS floats, the dearest part of a datagram's
+# long-step work) at most every TUNE_SECONDS of steps, and only once a quarter of the ring is new.
+TUNE_SECONDS = 5.0
 LONG_STEP_FACTOR = 3.0
 
 
@@ -91,7 +94,7 @@ class StepClock:
 
     __slots__ = ("_buckets", "_completed", "_current", "_first_end", "_folding", "_long", "_long_above",
                  "_long_excess", "_median", "_phase_totals", "_recent", "_since", "_skipped", "_step_seconds",
-                 "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
+                 "_step_start", "_steps", "_tuned", "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
@@ -115,6 +118,7 @@ class StepClock:
         self._long = 0
         self._long_excess = 0.0
         self._first_end: float | None = None
+        self._tuned = (0, 0.0)  # steps and the last step's end at the last computation of the bound
 
     def switch(self, phase: int) -> float:
         """Close the running phase and open ``phase`` (or end the step: ``STEP_END``); returns the mark's time."""
@@ -182,11 +186,14 @@ class StepClock:
         self._completed = completed
 
     def _tune(self) -> None:
-        """The long-step bound and the median from the last RECENT_STEPS steps (see RECENT_STEPS): at each
-        reading of the totals (once a datagram), not at each step."""
+        """The long-step bound and the median from the last RECENT_STEPS steps (see RECENT_STEPS): at a reading
+        of the totals (once a datagram) at most every TUNE_SECONDS, never at a step."""
         count = min(self._steps, RECENT_STEPS)
-        if count < TUNE_STEPS:
+        steps, at = self._tuned
+        if count < TUNE_STEPS or (steps and (self._steps - steps < RECENT_STEPS // 4
+                                             or self._step_start - at < TUNE_SECONDS)):
             return
+        self._tuned = (self._steps, self._step_start)
         ordered = sorted(self._recent[:count])
         median = ordered[count // 2]
         spread = ordered[(3 * count) // 4] - ordered[count // 4]
