@@ -144,6 +144,20 @@
     // overlap backward, and backward is about two thirds of a step's compute: below this share the backward can
     // still hide it.
     collective_ratio: 0.5,
+    // Share of the step a rank spends in Python's garbage collector above which collections hold training back. A
+    // loop that leaves the collector alone spends well under 1% there (young collections of a few hundred objects
+    // take microseconds); a gc.collect() every step over millions of live objects takes most of it.
+    gc_ratio: 0.1,
+    // Share of a rank's stepping time spent in checkpoint saves on the training thread above which saving holds
+    // training back (a 2-minute save every 20 minutes).
+    checkpoint_ratio: 0.1,
+    // Share of a rank's stepping time lost to long steps (their time above the median step; a step is long beyond
+    // median + 3 sigma, SageMaker's StepOutlier bound, and three times the median) above which they are a verdict
+    // of their own. Below it, the loss is within what a busy machine's scheduling costs a healthy loop.
+    long_step_lost_ratio: 0.1,
+    // Seconds from a training process's start to the end of its first step above which its start-up is slow
+    // (SageMaker's MaxInitializationTime: 20 minutes).
+    startup_max_seconds: 1200,
     // A rank with no finished step for this many times its mean step time is stalled (warning).
     stall_factor: 20,
     // ...and for at least this many seconds, so that checkpoints and evaluation passes do not count as stalls

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.wire.schema import Snapshot, validate
+from tests.conftest import wait_until
 
 
 def received(sock: socket.socket) -> list[Snapshot]:
@@ -20,6 +23,33 @@ def received(sock: socket.socket) -> list[Snapshot]:
             out.append(validate(sock.recv(65536)))
         except BlockingIOError:
             return out
+
+
+def stepped(socket_path: Path, processes: list[subprocess.Popen[str]], jobs: set[str], steps: int,
+            timeout: float) -> dict[str, Snapshot]:
+    """Listen on ``socket_path`` (bound here, removed after, for an exporter to bind next) until every job of
+    ``jobs`` reported ``steps`` steps: their start-up, slow on a loaded machine, is then behind them. The last
+    datagram of each job."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(socket_path))
+    sock.settimeout(1.0)
+    last: dict[str, Snapshot] = {}
+
+    def every_job_stepped() -> bool:
+        assert all(p.poll() is None for p in processes), "a trainer exited during start-up"
+        snapshot = validate(sock.recv(65536))
+        last[snapshot.job] = snapshot
+        return set(last) >= jobs and min(last[job].steps for job in jobs) >= steps
+
+    try:
+        wait_until(every_job_stepped, timeout, f"every job to report {steps} steps", interval=0,
+                   ignoring=(TimeoutError,))
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the jobs' steps: {({j: s.steps for j, s in last.items()})}") from None
+    finally:
+        sock.close()
+        socket_path.unlink()
+    return last
 
 
 def exported(sent: Snapshot, name: str, **labels: str) -> float | None:

@@ -29,12 +29,16 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
+from bottleneck_exporter.hook import checkpoint
+from bottleneck_exporter.hook.checkpoint import CheckpointClock
 from bottleneck_exporter.hook.collective import attach as attach_collectives
 from bottleneck_exporter.hook.collective import enclosing_wrapper
 from bottleneck_exporter.hook.collective.clock import CollectiveClock
 from bottleneck_exporter.hook.forward import TimedForward
+from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.identity import identify
 from bottleneck_exporter.hook.pinning import PinCheck
+from bottleneck_exporter.hook.startup import process_start
 from bottleneck_exporter.hook.timing import (
     OPTIMIZER,
     OTHER,
@@ -43,6 +47,7 @@ from bottleneck_exporter.hook.timing import (
     CudaEventLike,
     GpuTimer,
     StepClock,
+    Totals,
 )
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
@@ -183,6 +188,14 @@ class Session:
         self.pin_check = PinCheck()
         self.gpu: GpuTimer | None = None
         self.collectives: CollectiveClock | None = None
+        # What the training thread loses besides its phases: start-up, collections, checkpoint saves.
+        self.started = process_start()
+        self.gc = GcClock()
+        self.gc.attach()
+        self.checkpoints = CheckpointClock()
+        checkpoint.watch()
+        self._lost_key: tuple[Any, ...] = ()
+        self._lost_json = ""
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -461,6 +474,8 @@ class Session:
             totals.step_seconds, collectives.seconds() if collectives is not None else None, totals.buckets,
             totals.skipped_steps if self.skips_counted else None,
             collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
+        numbers += self._lost_time(totals)
+        checkpoint.watch()  # torch.distributed.checkpoint may have been loaded since
         gpu = self.gpu
         if gpu is not None:
             numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,
@@ -472,6 +487,21 @@ class Session:
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
         return encode.datagram(identity, numbers, loader)
+
+    def _lost_time(self, totals: Totals) -> str:
+        """``encode.trainer``'s part, formatted again only when a count in it changed: each of its seconds grows
+        only with its count (a collection, a save, a long step), the start-up is known once, the median moves
+        only when the long-step bound is computed again. Most datagrams reuse the last text."""
+        saves, gc = self.checkpoints, self.gc
+        key = (totals.first_step_end, totals.long_steps, totals.median_step_seconds, saves.saves, *gc.collections)
+        if key != self._lost_key:
+            first, started = totals.first_step_end, self.started
+            self._lost_json = encode.trainer(
+                first - started if first is not None and started is not None else None, totals.long_steps,
+                totals.long_step_excess_seconds, totals.median_step_seconds, saves.seconds, saves.saves,
+                gc.seconds, gc.collections)
+            self._lost_key = key
+        return self._lost_json
 
     def _format_identity(self) -> str:
         """The datagram's opening (``wire.encode.identity``); kept until the device changes."""
@@ -549,6 +579,8 @@ class Session:
             self._send()
         if self.collectives is not None:
             self.collectives.stopped = True
+        self.gc.detach()
+        self.checkpoints.stop()
         self._remove_hooks()
         self.transport.close()
 
@@ -557,6 +589,8 @@ class Session:
         and no lock a vanished thread might hold is ever taken."""
         self.active = False
         self.clock.forked()
+        self.gc.detach()
+        self.checkpoints.stop()
         self._sending = threading.Lock()
         if self.collectives is not None:
             self.collectives.forked()

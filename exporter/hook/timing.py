@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import math
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
@@ -38,6 +39,21 @@ _GPU_MARKED = frozenset(STEP_PHASES.index(name) for name in GPU_PHASES)
 # no step ends (the session folds at step ends).
 LOG_LIMIT = 1 << 16
 
+# Long steps (SageMaker's StepOutlier, TraceML's jitter): a step is long when it lasts more than the median of
+# the last RECENT_STEPS steps plus three standard deviations, the deviation estimated from their interquartile
+# range (IQR / 1.349 for a normal distribution), so that the long steps themselves do not widen it as they
+# widen a plain standard deviation; and more than LONG_STEP_FACTOR times the median, so that the jitter of a
+# very regular loop is not counted, nor that of a loop on a machine whose cores are shared (a healthy CPU loop
+# at a load of 7 per core loses 4% to steps above three times its median, 6% to those above 1.5 times;
+# one that evaluates every 25 steps, 20%). Until TUNE_STEPS steps have been seen no step is long (the
+# first steps compile and warm caches: that is the start-up's time, bottleneck_train_startup_seconds).
+RECENT_STEPS = 128
+TUNE_STEPS = 16
+# The bound moves slowly: it is computed again (a sort of RECENT_STEPS floats, the dearest part of a datagram's
+# long-step work) at most every TUNE_SECONDS of steps, and only once a quarter of the ring is new.
+TUNE_SECONDS = 5.0
+LONG_STEP_FACTOR = 3.0
+
 
 @dataclasses.dataclass(frozen=True)
 class Totals:
@@ -50,6 +66,10 @@ class Totals:
     buckets: tuple[int, ...]  # completed steps per STEP_BUCKETS upper bound, then +Inf
     last_step_end: float | None  # perf_counter() time of the last step end; None before the first
     samples: float
+    long_steps: int = 0  # steps longer than the long-step bound of their time (RECENT_STEPS says which)
+    long_step_excess_seconds: float = 0.0  # their time above the median step, all together
+    median_step_seconds: float | None = None  # of the last RECENT_STEPS steps; None before TUNE_STEPS steps
+    first_step_end: float | None = None  # perf_counter() time of the first step end; None before it
 
 
 class StepClock:
@@ -72,8 +92,9 @@ class StepClock:
     ``samples_at_step_end``, so the reported samples are those of completed steps.
     """
 
-    __slots__ = ("_buckets", "_completed", "_current", "_folding", "_phase_totals", "_since", "_skipped",
-                 "_step_seconds", "_step_start", "_steps", "fetched_samples", "log", "samples_at_step_end")
+    __slots__ = ("_buckets", "_completed", "_current", "_first_end", "_folding", "_long", "_long_above",
+                 "_long_excess", "_median", "_phase_totals", "_recent", "_since", "_skipped", "_step_seconds",
+                 "_step_start", "_steps", "_tuned", "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
@@ -89,6 +110,15 @@ class StepClock:
         self._since: float | None = None  # when it began; None until the first mark
         self._step_start = 0.0
         self._folding = threading.Lock()
+        # Long steps: the last RECENT_STEPS step times (a ring, by step number), the bound above which a step
+        # is long and the median it is measured from, both as of the last reading (_tune).
+        self._recent = [0.0] * RECENT_STEPS
+        self._long_above = math.inf
+        self._median = 0.0
+        self._long = 0
+        self._long_excess = 0.0
+        self._first_end: float | None = None
+        self._tuned = (0, 0.0)  # steps and the last step's end at the last computation of the bound
 
     def switch(self, phase: int) -> float:
         """Close the running phase and open ``phase`` (or end the step: ``STEP_END``); returns the mark's time."""
@@ -120,6 +150,8 @@ class StepClock:
         totals, buckets, completed = self._phase_totals, self._buckets, self._completed
         current, since, step_start = self._current, self._since, self._step_start
         steps, skipped, step_seconds = self._steps, self._skipped, self._step_seconds
+        recent, long_above, median = self._recent, self._long_above, self._median
+        long, long_excess = self._long, self._long_excess
         if since is None:  # the first mark ever starts the first step
             current, since = next(marks), next(marks)
             step_start = since
@@ -134,6 +166,12 @@ class StepClock:
                 completed = tuple(totals)
                 duration = now - step_start
                 step_start = now
+                if duration > long_above:
+                    long += 1
+                    long_excess += duration - median
+                elif not steps:
+                    self._first_end = now
+                recent[steps % RECENT_STEPS] = duration
                 steps += 1
                 if phase == SKIPPED_STEP_END:
                     skipped += 1
@@ -144,15 +182,33 @@ class StepClock:
                 current = phase
         self._current, self._since, self._step_start = current, since, step_start
         self._steps, self._skipped, self._step_seconds = steps, skipped, step_seconds
+        self._long, self._long_excess = long, long_excess
         self._completed = completed
+
+    def _tune(self) -> None:
+        """The long-step bound and the median from the last RECENT_STEPS steps (see RECENT_STEPS): at a reading
+        of the totals (once a datagram) at most every TUNE_SECONDS, never at a step."""
+        count = min(self._steps, RECENT_STEPS)
+        steps, at = self._tuned
+        if count < TUNE_STEPS or (steps and (self._steps - steps < RECENT_STEPS // 4
+                                             or self._step_start - at < TUNE_SECONDS)):
+            return
+        self._tuned = (self._steps, self._step_start)
+        ordered = sorted(self._recent[:count])
+        median = ordered[count // 2]
+        spread = ordered[(3 * count) // 4] - ordered[count // 4]
+        self._median = median
+        self._long_above = max(median + 3 * spread / 1.349, LONG_STEP_FACTOR * median)
 
     def totals(self) -> Totals:
         """Fold, then read every total at once (what a datagram carries)."""
         with self._folding:
             self._fold()
+            self._tune()
             return Totals(self._completed, self._step_seconds, self._steps, self._skipped,
                           tuple(self._buckets), self._step_start if self._steps else None,
-                          float(self.samples_at_step_end))
+                          float(self.samples_at_step_end), self._long, self._long_excess,
+                          self._median if self._long_above < math.inf else None, self._first_end)
 
     # Single totals, of completed steps, for tests and the framework adapters (each folds first).
     @property

@@ -7,6 +7,7 @@ Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); expo
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
     bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
+    bottleneck_train_gc_seconds_total{training_job="resnet",rank="0",generation="2"} 41.5
 
 plus the receiver's own ``bottleneck_push_*`` series. Names follow docs/metrics.md ("push receiver").
 """
@@ -26,6 +27,7 @@ from bottleneck_exporter.push.kubernetes import kubernetes_info
 from bottleneck_exporter.push.store import RankState
 from bottleneck_exporter.wire.schema import (
     COLLECTIVE,
+    GC_GENERATIONS,
     GPU_MEMORY,
     GPU_PHASES,
     HOST_PHASES,
@@ -102,6 +104,25 @@ class _RankFamilies:
                                 "Unix time at which the rank's last reported step ended.")
         self.dropped = _counter("bottleneck_train_hook_dropped_datagrams_total",
                                 "Datagrams the hook could not send (exporter absent, slow or restarting).")
+        self.startup = _gauge("bottleneck_train_startup_seconds",
+                              "Seconds from the training process's start to the end of its first step.")
+        self.long_steps = _counter("bottleneck_train_long_steps_total",
+                                   "Steps far above the rank's median step (median + 3 sigma from the IQR, and "
+                                   "three times the median).")
+        self.long_excess = _counter("bottleneck_train_long_step_excess_seconds_total",
+                                    "Time of the long steps above the median step: wall time lost to them.")
+        self.median = _gauge("bottleneck_train_step_median_seconds", "Median of the rank's last 128 step times.")
+        self.checkpoint = _counter("bottleneck_train_checkpoint_seconds_total",
+                                   "Host time in checkpoint saves on the training thread (torch.save, "
+                                   "torch.distributed.checkpoint.save); no part of any phase.")
+        self.saves = _counter("bottleneck_train_checkpoint_saves_total",
+                              "Checkpoint saves on the training thread.")
+        self.gc = _counter("bottleneck_train_gc_seconds_total",
+                           "Time in Python's garbage collector, by generation (gc.callbacks); overlaps the "
+                           "phases.", [*_JR, "generation"])
+        self.gc_collections = _counter("bottleneck_train_gc_collections_total",
+                                       "Collections of Python's garbage collector, by generation.",
+                                       [*_JR, "generation"])
 
     def add(self, snap: Snapshot) -> None:
         jr = [snap.job, str(snap.rank)]
@@ -115,6 +136,23 @@ class _RankFamilies:
         if snap.host_batches is not None:
             for memory, count in snap.host_batches.items():
                 self.host_batches.add_metric([*jr, memory], count)
+        self._trainer(snap, jr)
+
+    def _trainer(self, snap: Snapshot, jr: list[str]) -> None:
+        if snap.startup_seconds is not None:
+            self.startup.add_metric(jr, snap.startup_seconds)
+        if snap.long_steps is not None:
+            self.long_steps.add_metric(jr, snap.long_steps.count)
+            self.long_excess.add_metric(jr, snap.long_steps.excess_seconds)
+            if snap.long_steps.median_seconds is not None:
+                self.median.add_metric(jr, snap.long_steps.median_seconds)
+        if snap.checkpoint is not None:
+            self.checkpoint.add_metric(jr, snap.checkpoint.seconds)
+            self.saves.add_metric(jr, snap.checkpoint.saves)
+        if snap.gc is not None:
+            for generation in range(GC_GENERATIONS):
+                self.gc.add_metric([*jr, str(generation)], snap.gc.seconds[generation])
+                self.gc_collections.add_metric([*jr, str(generation)], snap.gc.collections[generation])
 
     def _steps(self, snap: Snapshot, jr: list[str]) -> None:
         for name in HOST_PHASES:
@@ -158,7 +196,9 @@ class _RankFamilies:
     def all(self) -> tuple[Metric, ...]:
         return (self.phase, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase, self.gpu_busy,
                 self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
-                *self.loader.values(), self.host_batches, self.info, self.last_step, self.dropped)
+                *self.loader.values(), self.host_batches, self.info, self.last_step, self.dropped, self.startup,
+                self.long_steps, self.long_excess, self.median, self.checkpoint, self.saves, self.gc,
+                self.gc_collections)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

@@ -60,6 +60,19 @@ def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phas
     return text
 
 
+def trainer(startup_seconds: float | None, long_steps: int, long_step_excess_seconds: float,
+            median_step_seconds: float | None, checkpoint_seconds: float, checkpoint_saves: int,
+            gc_seconds: Sequence[float], gc_collections: Sequence[int]) -> str:
+    """``,"startup_seconds":..`` (once known), ``"long_steps"``, ``"checkpoint"`` and ``"gc"``: what the
+    training thread loses besides its phases."""
+    startup = f',"startup_seconds":{startup_seconds}' if startup_seconds is not None else ""
+    median = f',"median_seconds":{median_step_seconds}' if median_step_seconds is not None else ""
+    return (f'{startup},"long_steps":{{"count":{long_steps},"excess_seconds":{long_step_excess_seconds}{median}}},'
+            f'"checkpoint":{{"seconds":{checkpoint_seconds},"saves":{checkpoint_saves}}},'
+            f'"gc":{{"seconds":[{",".join(map(str, gc_seconds))}],'
+            f'"collections":[{",".join(map(str, gc_collections))}]}}')
+
+
 def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float, dropped_timings: int,
         memory: Mapping[str, float]) -> str:
     """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY key,

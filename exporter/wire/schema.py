@@ -39,14 +39,20 @@ COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_seconds, each one of STEP_PHASES
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+GC_GENERATIONS = 3  # Python's collector: generations 0, 1 and 2 (gc.callbacks' info["generation"])
 
 # The keys of a datagram and of its objects: those every one has, then those sent only when known
 # (``wire.encode`` writes them).
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
-OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader", "host_batches")
+OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "startup_seconds", "long_steps",
+                 "checkpoint", "gc", "gpu", "loader", "host_batches")
 # The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
 HOST_MEMORY = ("pinned", "pageable")
+LONG_STEP_KEYS = ("count", "excess_seconds")
+LONG_STEP_OPTIONAL_KEYS = ("median_seconds",)  # sent once the hook has seen enough steps to tell
+CHECKPOINT_KEYS = ("seconds", "saves")
+GC_KEYS = ("seconds", "collections")  # each a list by generation
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
 GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
@@ -100,6 +106,27 @@ class GpuTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class LongSteps:
+    """Steps far longer than the rank's median step (hook.timing.RECENT_STEPS says how far)."""
+
+    count: int
+    excess_seconds: float  # their time above the median, all together
+    median_seconds: float | None  # the median of the last steps; None until the hook has seen enough
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointTotals:
+    seconds: float  # in checkpoint saves on the training thread (hook.checkpoint)
+    saves: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GcTotals:
+    seconds: tuple[float, ...]  # in Python's garbage collector, by generation (GC_GENERATIONS)
+    collections: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class KubernetesIdentity:
     """The pod the rank runs in, as the hook sees it from inside ("" for what it could not tell)."""
 
@@ -130,6 +157,10 @@ class Snapshot:
     skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
     collective_dropped_timings: int | None = None  # NCCL collectives whose CUDA events were given up, when sent
     host_batches: dict[str, int] | None = None  # HOST_MEMORY key -> checked batches, when sent
+    startup_seconds: float | None = None  # from the process's start to its first step's end, once it ended
+    long_steps: LongSteps | None = None
+    checkpoint: CheckpointTotals | None = None
+    gc: GcTotals | None = None
 
 
 def sanitize_job(name: str) -> str:
@@ -185,11 +216,17 @@ def validate(data: bytes) -> Snapshot:
         collective_dropped_timings=_int(obj, "collective_dropped_timings", 0, 1 << 62)
         if "collective_dropped_timings" in obj else None,
         host_batches=_host_batches(obj) if "host_batches" in obj else None,
+        startup_seconds=_number(obj, "startup_seconds") if "startup_seconds" in obj else None,
+        long_steps=_long_steps(obj["long_steps"]) if "long_steps" in obj else None,
+        checkpoint=_checkpoint(obj["checkpoint"]) if "checkpoint" in obj else None,
+        gc=_gc(obj["gc"]) if "gc" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
     if snapshot.skipped_steps is not None and snapshot.skipped_steps > snapshot.steps:
         raise Rejected("bad_number", "skipped_steps: more than steps")
+    if snapshot.long_steps is not None and snapshot.long_steps.count > snapshot.steps:
+        raise Rejected("bad_number", "long_steps.count: more than steps")
     return snapshot
 
 
@@ -289,6 +326,37 @@ def _gpu(value: Any) -> GpuTotals:
 def _host_batches(obj: dict[str, Any]) -> dict[str, int]:
     counts = _mapping(obj, "host_batches", HOST_MEMORY)
     return {key: _int(counts, key, 0, 1 << 62, f"host_batches.{key}") for key in HOST_MEMORY}
+def _object(value: Any, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Rejected("bad_schema", f"{key}: expected an object")
+    _keys(value, required=set(required), optional=set(optional), where=f"{key}.")
+    return value
+
+
+def _long_steps(value: Any) -> LongSteps:
+    obj = _object(value, "long_steps", LONG_STEP_KEYS, LONG_STEP_OPTIONAL_KEYS)
+    return LongSteps(
+        count=_int(obj, "count", 0, 1 << 62, "long_steps.count"),
+        excess_seconds=_number(obj, "excess_seconds", "long_steps."),
+        median_seconds=_number(obj, "median_seconds", "long_steps.") if "median_seconds" in obj else None,
+    )
+
+
+def _checkpoint(value: Any) -> CheckpointTotals:
+    obj = _object(value, "checkpoint", CHECKPOINT_KEYS)
+    return CheckpointTotals(seconds=_number(obj, "seconds", "checkpoint."),
+                            saves=_int(obj, "saves", 0, 1 << 62, "checkpoint.saves"))
+
+
+def _gc(value: Any) -> GcTotals:
+    obj = _object(value, "gc", GC_KEYS)
+    for key in GC_KEYS:
+        if not isinstance(obj[key], list) or len(obj[key]) != GC_GENERATIONS:
+            raise Rejected("bad_schema", f"gc.{key}: expected a list of {GC_GENERATIONS} numbers, one per generation")
+    return GcTotals(
+        seconds=tuple(_number({"s": s}, "s", "gc.seconds[]") for s in obj["seconds"]),
+        collections=tuple(_int({"c": c}, "c", 0, 1 << 62, "gc.collections[]") for c in obj["collections"]),
+    )
 
 
 def _kubernetes(value: Any) -> KubernetesIdentity:

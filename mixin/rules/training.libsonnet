@@ -132,6 +132,30 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_long_step_excess:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -266,6 +290,30 @@ function(p) {
         "job_rank:bottleneck_train_loader_cores_within_limit:max",
         "or",
         "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_long_step_excess:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
     },
     {
@@ -406,6 +454,30 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_long_step_excess:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -540,6 +612,30 @@ function(p) {
         "job_rank:bottleneck_train_loader_cores_within_limit:max",
         "or",
         "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_long_step_excess:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
     },
     {

@@ -3,7 +3,8 @@
 Reads the push receiver's per-rank series (``bottleneck_train_*``: phases, steps, GPU busy time, the last
 step's time), and for the input-bound and IO-bound verdicts the node's storage and loader records. Exposes
 ``AREA``: the ``job_rank`` recording rules and the verdicts of the alert group ``bottleneck-training``
-(input-bound, too few loader workers, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound, stalled)::
+(input-bound, too few loader workers, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound,
+garbage-collection pauses, blocking checkpoints, long steps, slow start, stalled)::
 
     job_rank:bottleneck_train_data_wait:ratio_rate5m{instance="gpu-node-1:9847",rank="0",training_job="resnet50"} 0.8
     ALERTS{alertname="BottleneckInputBound",alertstate="firing",rank="0",severity="warning",training_job="resnet50"} 1
@@ -101,6 +102,20 @@ RECORDS: tuple[Record, ...] = (
            "(<<rank_cpu_limit>> - 1)", "training"),
     Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
            "(<<loader_cores_idle>> <= <<loader_cores_limit>>)\nor\n<<loader_cores_limit>>\nor\n<<loader_cores_idle>>",
+           "training"),
+    # What the training thread loses besides its phases, as shares of its stepping time: Python's collector
+    # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
+    Record("gc", f"job_rank:bottleneck_train_gc:ratio_rate{W}",
+           f"sum without (generation) (rate(bottleneck_train_gc_seconds_total[{W}]))\n"
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           "training"),
+    Record("checkpoint", f"job_rank:bottleneck_train_checkpoint:ratio_rate{W}",
+           f"rate(bottleneck_train_checkpoint_seconds_total[{W}])\n"
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           "training"),
+    Record("long_steps", f"job_rank:bottleneck_train_long_step_excess:ratio_rate{W}",
+           f"rate(bottleneck_train_long_step_excess_seconds_total[{W}])\n"
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
            "training"),
     Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
@@ -324,6 +339,112 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "`bottleneck_network_speed_bytes`; the other ranks of the job.",
         compares=("collective",), threshold="collective_ratio",
         scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="GcPauses",
+        verdict="garbage-collection pauses",
+        expr="<<gc>> > ${gc_ratio}",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} spends much of its step in Python's "
+        "garbage collector.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} spends "
+        "{{ $value | humanizePercentage }} of its step time in Python's garbage collector (threshold "
+        "${gc_ratio:pct}); while it collects, every Python thread of the process stops.",
+        advice="Collect less, not per step: drop gc.collect() from the loop (or call it every few hundred steps); "
+        "call gc.freeze() after building the model and the dataset, so the collector stops traversing the "
+        "objects that live all run long; raise the thresholds (gc.set_threshold(50_000, 50, 100)) or, for a "
+        "loop that creates no reference cycles, gc.disable() during training; keep the dataset's metadata in "
+        "arrays (numpy, Arrow) rather than millions of Python objects.",
+        meaning="A collection traverses every tracked container object of its generation and the younger ones: "
+        "a full (generation 2) collection over millions of live objects (a dataset index kept as Python lists "
+        "and dicts, caches) takes tens to hundreds of milliseconds, and stops every Python thread meanwhile, "
+        "the training thread too. The common case is a loop that calls gc.collect() every step (to free GPU "
+        "memory sooner); the other is a loop whose allocations trigger full collections over a large heap.",
+        evidence="`bottleneck_train_gc_seconds_total` by `generation` against "
+        "`bottleneck_train_phase_seconds_total{phase=\"step\"}`; `bottleneck_train_gc_collections_total` "
+        "(generation 2 collections every step: a gc.collect() in the loop).",
+        compares=("gc",), threshold="gc_ratio",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="BlockingCheckpoints",
+        verdict="checkpoints block training",
+        expr="<<checkpoint>> > ${checkpoint_ratio}",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} loses much of its time writing "
+        "checkpoints on the training thread.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} spends "
+        "{{ $value | humanizePercentage }} of its stepping time in checkpoint saves on the training thread "
+        "(threshold ${checkpoint_ratio:pct}): the steps that hold a save are long, the others are not. This is "
+        "not a stall and not input-bound.",
+        advice="Take the write off the training thread: torch.distributed.checkpoint.async_save (or "
+        "Lightning's AsyncCheckpointIO, or a thread of your own that writes a copy staged to CPU memory); save "
+        "less often; save on one rank (rank 0, or each rank its shard with torch.distributed.checkpoint) "
+        "rather than every rank writing everything; write to local NVMe and copy to remote storage "
+        "afterwards.",
+        meaning="The loop writes a checkpoint (torch.save, torch.distributed.checkpoint.save, or a framework's "
+        "checkpointing that calls them) every few dozen steps and waits for it: serialising a large state "
+        "dict and writing it to (often remote) storage takes seconds during which no step runs, and in a "
+        "synchronous job every other rank waits for it in the next collective. The hook times each save on "
+        "the training thread as a phase of its own; async_save's background writes are not counted.",
+        evidence="`bottleneck_train_checkpoint_seconds_total` and `bottleneck_train_checkpoint_saves_total` "
+        "(seconds per save, saves per step), `bottleneck_train_long_steps_total` (the steps that held them), "
+        "the node's disk and network write throughput.",
+        compares=("checkpoint",), threshold="checkpoint_ratio",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="LongSteps",
+        verdict="long steps that come back",
+        # Where the hook names the cause (a save, collections), that verdict says it instead.
+        expr="<<long_steps>> > ${long_step_lost_ratio}\nunless on (instance, training_job, rank) (\n"
+        "  <<checkpoint>> > ${checkpoint_ratio}\n  or\n  <<gc>> > ${gc_ratio}\n)",
+        for_="10m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} loses much of its time to steps far "
+        "longer than its median step.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} loses "
+        "{{ $value | humanizePercentage }} of its stepping time to long steps, their time above its median "
+        "step (threshold ${long_step_lost_ratio:pct}); the steps between them are regular.",
+        advice="Find what runs every N steps on the training thread: evaluation, logging that syncs with the GPU "
+        "(.item(), printing tensors), a checkpoint written by other means than torch.save, a learning-rate or "
+        "data-shard switch, a DataLoader re-created every epoch (persistent_workers=True). Move it off the "
+        "critical path (asynchronously, less often, on one rank), or make it cheaper.",
+        meaning="Most steps take about the median, but some come back far longer (longer than the median plus "
+        "three standard deviations, SageMaker's StepOutlier bound, the deviation estimated from the "
+        "interquartile range of the last 128 steps so that the long steps do not widen it, and longer than "
+        "three times the median, so that a busy machine's scheduling jitter does not count). The time they "
+        "take above the median is lost to training. Where the hook sees the cause, the verdict that names it "
+        "fires instead: BottleneckBlockingCheckpoints for saves, BottleneckGcPauses for collections.",
+        evidence="`bottleneck_train_long_step_excess_seconds_total` and `bottleneck_train_long_steps_total` "
+        "against `bottleneck_train_step_median_seconds` (the tail: excess per long step over the median), "
+        "`bottleneck_train_step_duration_seconds` (the histogram), "
+        "`job_rank_phase:bottleneck_train_phase_seconds:per_step_rate${rate_window}` (the phase that grows).",
+        compares=("long_steps",), threshold="long_step_lost_ratio",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="SlowStart",
+        verdict="slow start",
+        expr="bottleneck_train_startup_seconds > ${startup_max_seconds}",
+        for_="5m",
+        summary="Job {{ $labels.training_job }} took long from its start to its first step.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} took "
+        "{{ $value | humanizeDuration }} from its process's start to the end of its first step (threshold "
+        "${startup_max_seconds} s), while holding its GPUs.",
+        advice="Find where the start-up goes (py-spy record --pid PID during it, or python -X importtime): "
+        "index the dataset once and cache the index (or use a format that needs none: WebDataset shards, "
+        "Arrow); cache torch.compile's artifacts (TORCHINDUCTOR_CACHE_DIR on persistent storage, "
+        "torch.compiler.save_cache_artifacts) or compile less (mode, regional compilation); load checkpoints "
+        "from local storage, with mmap=True; avoid downloading models and data at start.",
+        meaning="Everything before the first step finishes holds the job's accelerators for nothing: imports, "
+        "building the dataset (listing and indexing millions of files), loading a checkpoint, the first "
+        "step's compilation and warm-up. The hook measures it from the process's start (/proc/self/stat) to "
+        "the end of the first step. The series exists from the first step on: a start-up still under way "
+        "shows nothing yet (the exporter's process list shows the process).",
+        evidence="`bottleneck_train_startup_seconds`, `bottleneck_training_process_info` (the process, up before "
+        "its first step).",
+        compares=(), threshold="startup_max_seconds",
+        scope=RANK, unit="s", group="training", tiers=(Tier("info"),),
     ),
     Heuristic(
         name="TrainingStalled",

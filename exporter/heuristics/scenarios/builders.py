@@ -135,14 +135,18 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
 def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
-         collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None) -> list[Series]:
+         collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None,
+         gc: float | None = None, checkpoint: float | None = None, long_excess: float | None = None,
+         startup: float | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
-    as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume).
-    ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's namespace); ``pod``: (namespace, pod)
-    as the hook reports it from inside a pod (bottleneck_train_kubernetes_info)."""
+    as only hooks that measure it report it. So are ``gc`` (in full collections, generation 2),
+    ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
+    the median step) and ``startup`` (seconds to the first step). ``stall`` = (first minute without steps,
+    minute steps resume). ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's namespace);
+    ``pod``: (namespace, pod) as the hook reports it from inside a pod (bottleneck_train_kubernetes_info)."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_,
               **({"namespace": namespace} if namespace else {})}
 
@@ -177,6 +181,17 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
     if collective is not None:  # seconds per step with an all-reduce in flight (overlaps backward)
         out.append(series("bottleneck_train_phase_seconds_total", {**labels, "phase": "collective"},
                           progressing(collective / step)))
+    if gc is not None:  # all of it in full collections: what a gc.collect() per step gives
+        out += [series("bottleneck_train_gc_seconds_total", {**labels, "generation": generation},
+                       progressing(gc / step if generation == "2" else 0.0)) for generation in ("0", "1", "2")]
+    if checkpoint is not None:
+        out.append(series("bottleneck_train_checkpoint_seconds_total", labels, progressing(checkpoint / step)))
+    if long_excess is not None:
+        out.append(series("bottleneck_train_long_step_excess_seconds_total", labels,
+                          progressing(long_excess / step)))
+    if startup is not None:
+        out.append(series("bottleneck_train_startup_seconds", labels,
+                          [None if tl.before(m) else startup for m in range(tl.length + 1)]))
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
         series("bottleneck_train_step_duration_seconds_sum", labels, progressing(1.0)),
