@@ -20,37 +20,8 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
-
-
-class CpuBoundDataset(Dataset):
-    """Each item costs ``burn`` seconds of this thread's CPU time: decoding and augmentation stand-in."""
-
-    def __init__(self, size: int, burn: float) -> None:
-        self.size, self.burn = size, burn
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        end = time.thread_time() + self.burn
-        acc = 0
-        while time.thread_time() < end:
-            acc += 1
-        g = torch.Generator().manual_seed(index)
-        return torch.randn(32, generator=g), torch.randn(1, generator=g)
-
-
-class ReadyDataset(Dataset):
-    def __init__(self, size: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(size, 32, generator=g), torch.randn(size, 1, generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[index], self.y[index]
+from torch.utils.data import DataLoader
+from workloads import CpuBoundDataset, ReadyDataset  # tests/workloads.py: this script's folder is on sys.path
 
 
 def main() -> int:

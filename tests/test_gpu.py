@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from bottleneck_exporter.collectors import REGISTRY, Context
@@ -17,6 +17,7 @@ from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.gpu.backend import VIOLATION_POLICIES
 from bottleneck_exporter.gpu.fake import FakeBackend
 from bottleneck_exporter.gpu.profile import FIELDS, ProfileError, load_profile
+from bottleneck_exporter.web.exposition import text_format  # the writer /metrics answers with
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 PROFILES = FIXTURES / "gpu-profiles"
@@ -64,7 +65,7 @@ class Replay:
         self.registry.register(Orchestrator({"gpu": REGISTRY["gpu"].factory(ctx)}))
 
     def scrape(self) -> str:
-        return generate_latest(self.registry).decode()
+        return text_format(self.registry).decode()
 
 
 def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -206,7 +207,7 @@ def test_real_nvml_backend_on_this_machine(caplog: pytest.LogCaptureFixture) -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Orchestrator({"gpu": collector}))
     with caplog.at_level(logging.WARNING):
-        texts = [generate_latest(registry).decode() for _ in range(3)]
+        texts = [text_format(registry).decode() for _ in range(3)]
     for text in texts:
         assert value(text, "bottleneck_scrape_collector_success", collector="gpu") == 1.0
         assert all(not math.isnan(v) for v in values(text).values())

@@ -7,79 +7,32 @@ step is one optimizer step in both.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from prometheus_client import CollectorRegistry
-from torch.utils.data import DataLoader, Dataset
 
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
 from tests.conftest import wait_until
+from tests.workloads import ACCUMULATE, BATCH, EPOCHS, FORWARD_SECONDS, ITEMS, fit_huggingface, fit_lightning
 
 pytestmark = pytest.mark.torch
 
-ITEMS, BATCH, ACCUMULATE, EPOCHS = 24, 4, 2, 2
-FORWARD_SECONDS = 0.005  # each micro-batch's forward sleeps this long: a known forward cost
 PHASES = ("data_wait", "forward", "backward", "optimizer", "step")
 
 
-class SleepyDataset(Dataset):
-    def __len__(self) -> int:
-        return ITEMS
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        time.sleep(0.01)  # slow storage
-        g = torch.Generator().manual_seed(index)
-        return {"x": torch.randn(8, generator=g), "labels": torch.randn(1, generator=g)}
-
-
-def run_lightning(address: str) -> None:
-    import pytorch_lightning as pl
-
+def run_lightning(address: str, output: Path) -> None:
     from bottleneck_exporter.hook.lightning import BottleneckCallback
 
-    class Regression(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
-            time.sleep(FORWARD_SECONDS)
-            return torch.nn.functional.mse_loss(self.layer(batch["x"]), batch["labels"])
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    trainer = pl.Trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, accelerator="cpu",
-                         callbacks=[BottleneckCallback(job="lightning", address=address)], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(Regression(), DataLoader(SleepyDataset(), batch_size=BATCH))
+    fit_lightning(str(output), [BottleneckCallback(job="lightning", address=address)])
 
 
 def run_huggingface(address: str, output: Path) -> None:
-    from transformers import Trainer, TrainingArguments
-
     from bottleneck_exporter.hook.huggingface import BottleneckCallback
 
-    class Regression(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            time.sleep(FORWARD_SECONDS)
-            out = self.layer(x)
-            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
-
-    args = TrainingArguments(output_dir=str(output), num_train_epochs=EPOCHS, per_device_train_batch_size=BATCH,
-                             gradient_accumulation_steps=ACCUMULATE, dataloader_num_workers=0, use_cpu=True,
-                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)
-    Trainer(model=Regression(), args=args, train_dataset=SleepyDataset(),
-            callbacks=[BottleneckCallback(job="huggingface", address=address)]).train()
+    fit_huggingface(str(output), [BottleneckCallback(job="huggingface", address=address)])
 
 
 @pytest.fixture
@@ -108,7 +61,7 @@ def reported(rx: PushReceiver, job: str) -> dict[str, float]:
 
 def test_lightning_and_huggingface_callbacks_report_the_same_phases(push_receiver, tmp_path):
     address = f"unix://{push_receiver.unix_path}"
-    run_lightning(address)
+    run_lightning(address, tmp_path / "lightning")
     run_huggingface(address, tmp_path / "hf")
     lightning, huggingface = reported(push_receiver, "lightning"), reported(push_receiver, "huggingface")
 

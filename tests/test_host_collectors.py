@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from bottleneck_exporter.cli import build_collectors, build_parser
 from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.training.registry import TrainingRegistry
+from bottleneck_exporter.web.exposition import text_format  # the writer /metrics answers with
 from tests.conftest import FIXTURES, ROOT, free_port, require_tool
 
 HOST = FIXTURES / "host"
@@ -101,7 +102,7 @@ def psi_total(path: Path, kind: str) -> int:
 def golden_text(registry: CollectorRegistry) -> str:
     # Durations change on every run; build_info carries the Python version of whoever runs the test.
     volatile = ("bottleneck_scrape_collector_duration_seconds", "bottleneck_build_info")
-    text = generate_latest(registry).decode()
+    text = text_format(registry).decode()
     lines = [line for line in text.splitlines() if not any(v in line for v in volatile)]
     return GOLDEN_HEADER + "\n".join(lines) + "\n"
 

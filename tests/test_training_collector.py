@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from bottleneck_exporter.cli import build_collectors, build_parser
@@ -26,6 +26,7 @@ from bottleneck_exporter.collectors.base import Collector
 from bottleneck_exporter.config import ConfigError
 from bottleneck_exporter.training.discovery import Discovery, read_argv, script_name
 from bottleneck_exporter.training.registry import RegisteredProcess, TrainingRegistry
+from bottleneck_exporter.web.exposition import text_format  # the writer /metrics answers with
 from tests.conftest import FIXTURES, ROOT, require_tool
 
 TRAINING = FIXTURES / "training"
@@ -99,9 +100,9 @@ def uptime(tree: str) -> float:
 def test_fixture_scrape_matches_golden(tmp_path: Path, update_golden: bool) -> None:
     node = FixtureNode(tmp_path)
     registry = as_registry(training_collector(node.proc, fixture_registry()))
-    generate_latest(registry)
+    text_format(registry)
     node.at("t1")
-    text = generate_latest(registry).decode()
+    text = text_format(registry).decode()
     if update_golden:
         GOLDEN.write_text(GOLDEN_HEADER + text)
     assert GOLDEN.read_text() == GOLDEN_HEADER + text, "scrape differs from golden; review with --update-golden"

@@ -46,9 +46,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import h11
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from bottleneck_exporter import __version__
+from bottleneck_exporter.web import exposition
 from bottleneck_exporter.web.config import WebConfig
 from bottleneck_exporter.web.passwords import PasswordChecks
 
@@ -124,7 +124,7 @@ def routes(registry: CollectorRegistry, telemetry_path: str, ready: Callable[[],
     on ``/``) replace the plain landing page. They run in the page threads: the status page may collect and
     evaluate verdicts, and must not do it in a scrape's place."""
     def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        encoder, content_type = exposition.choose(request.headers.get("accept", ""))
         body = encoder(registry)
         # Prometheus asks for gzip; a full scrape shrinks ~8x, which matters on a busy node's NIC.
         if "gzip" in request.headers.get("accept-encoding", ""):
