@@ -1,15 +1,18 @@
 """The datagrams the hook sends, as the tests build and read them: one built by a real session, one with every
-optional part, what a socket received, and what the exporter exports for one."""
+optional part, what a socket received, what the exporter exports for one, and a wait for real trainers' steps."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.wire.schema import Snapshot, validate
+from tests.conftest import wait_until
 
 
 def received(sock: socket.socket) -> list[Snapshot]:
@@ -20,6 +23,33 @@ def received(sock: socket.socket) -> list[Snapshot]:
             out.append(validate(sock.recv(65536)))
         except BlockingIOError:
             return out
+
+
+def wait_for_steps(socket_path: Path, jobs: dict[tuple[str, int], subprocess.Popen[str]], steps: int,
+                   timeout: float) -> None:
+    """Listen on the push socket until every (job, rank) of ``jobs`` reported ``steps`` steps, then free the
+    path: its start-up (imports, compilation; slow on a loaded machine) is then behind it, and whatever binds
+    the path next (diagnose, an exporter) gets the trainers' datagrams from their next one on."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(socket_path))
+    sock.settimeout(1.0)
+    seen: dict[tuple[str, int], int] = {}
+
+    def all_stepped() -> bool:
+        exited = [key for key, process in jobs.items() if process.poll() is not None]
+        assert not exited, f"{exited} exited during start-up"
+        snapshot = validate(sock.recv(65536))
+        seen[snapshot.job, snapshot.rank] = snapshot.steps
+        return all(seen.get(key, 0) >= steps for key in jobs)
+
+    try:
+        wait_until(all_stepped, timeout, f"every trainer to report {steps} steps", interval=0,
+                   ignoring=(TimeoutError,))
+    except AssertionError as err:
+        raise AssertionError(f"{err}; steps seen: {seen}") from None
+    finally:
+        sock.close()
+        socket_path.unlink()
 
 
 def exported(sent: Snapshot, name: str) -> float | None:

@@ -136,14 +136,16 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
          collective: float | None = None, gc: float | None = None, checkpoint: float | None = None,
-         long_excess: float | None = None, startup: float | None = None) -> list[Series]:
+         long_excess: float | None = None, startup: float | None = None, recompiles: float | None = None,
+         warmup_recompiles: int = 0) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
     as only hooks that measure it report it. So are ``gc`` (in full collections, generation 2),
     ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
-    the median step) and ``startup`` (seconds to the first step). ``stall`` = (first minute without steps,
+    the median step), ``startup`` (seconds to the first step) and torch.compile's ``recompiles`` (a minute,
+    from the start on) after ``warmup_recompiles`` in the job's first minute. ``stall`` = (first minute without steps,
     minute steps resume)."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
 
@@ -186,6 +188,11 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
     if long_excess is not None:
         out.append(series("bottleneck_train_long_step_excess_seconds_total", labels,
                           progressing(long_excess / step)))
+    if recompiles is not None:
+        per_second = recompiles / 60
+        out.append(series("bottleneck_train_recompiles_total", labels,
+                          [None if value is None else value + (warmup_recompiles if m > tl.start else 0)
+                           for m, value in enumerate(progressing(per_second))]))
     if startup is not None:
         out.append(series("bottleneck_train_startup_seconds", labels,
                           [None if tl.before(m) else startup for m in range(tl.length + 1)]))
