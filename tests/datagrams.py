@@ -1,5 +1,5 @@
 """The datagrams the hook sends, as the tests build and read them: one built by a real session, one with every
-optional part, what a socket received, and what the exporter exports for one."""
+optional part, what a socket received, what the exporter exports for one, and a wait for real trainers' steps."""
 
 from __future__ import annotations
 

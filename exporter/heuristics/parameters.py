@@ -133,6 +133,10 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "within what a busy machine's scheduling costs a healthy loop."),
     Parameter("startup_max_seconds", 1200, "Seconds from a training process's start to the end of its first "
               "step above which its start-up is slow (SageMaker's MaxInitializationTime: 20 minutes)."),
+    Parameter("recompiles_per_minute", 0.2, "torch.compile recompilations a minute (over the rate window) above "
+              "which a rank keeps recompiling: one every five minutes, held for 15 minutes. A warm-up's "
+              "recompilations (the first shapes, an evaluation pass, an epoch's last batch) end within its "
+              "first minutes; after them a healthy job has none."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "

@@ -34,6 +34,7 @@ from bottleneck_exporter.hook.checkpoint import CheckpointClock
 from bottleneck_exporter.hook.collective import attach as attach_collectives
 from bottleneck_exporter.hook.collective import enclosing_wrapper
 from bottleneck_exporter.hook.collective.clock import CollectiveClock
+from bottleneck_exporter.hook.compiles import CompileClock
 from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.identity import identify
@@ -196,6 +197,8 @@ class Session:
         checkpoint.watch()
         self._lost_key: tuple[Any, ...] = ()
         self._lost_json = ""
+        self.compiles = CompileClock()
+        self.compiles.attach()
         # What the Lightning and Hugging Face callbacks call at each phase boundary: without a GPU just the
         # clock's switch. The plain-PyTorch hooks log their marks inline instead (see StepClock).
         self.mark: Callable[[int], float] = self.clock.switch
@@ -476,6 +479,9 @@ class Session:
             collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
         numbers += self._lost_time(totals)
         checkpoint.watch()  # torch.distributed.checkpoint may have been loaded since
+        compiles = self.compiles
+        if compiles.attach():  # once torch.compile has loaded dynamo
+            numbers += encode.compiles(compiles.compiles, compiles.recompiles, compiles.seconds)
         gpu = self.gpu
         if gpu is not None:
             numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,
@@ -581,6 +587,7 @@ class Session:
             self.collectives.stopped = True
         self.gc.detach()
         self.checkpoints.stop()
+        self.compiles.detach()
         self._remove_hooks()
         self.transport.close()
 

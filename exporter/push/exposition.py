@@ -123,6 +123,14 @@ class _RankFamilies:
         self.gc_collections = _counter("bottleneck_train_gc_collections_total",
                                        "Collections of Python's garbage collector, by generation.",
                                        [*_JR, "generation"])
+        self.compiles = _counter("bottleneck_train_compiles_total",
+                                 "torch.compile's compilations of a frame, recompilations included (dynamo's "
+                                 "compile callbacks; from the hook's attach on).")
+        self.recompiles = _counter("bottleneck_train_recompiles_total",
+                                   "torch.compile's compilations of a frame it had compiled before: a guard "
+                                   "failed (a new shape, dtype or Python value).")
+        self.compile_seconds = _counter("bottleneck_train_compile_seconds_total",
+                                        "Seconds the training thread spent in torch.compile's compilations.")
 
     def add(self, snap: Snapshot) -> None:
         jr = [snap.job, str(snap.rank)]
@@ -153,6 +161,10 @@ class _RankFamilies:
             for generation in range(GC_GENERATIONS):
                 self.gc.add_metric([*jr, str(generation)], snap.gc.seconds[generation])
                 self.gc_collections.add_metric([*jr, str(generation)], snap.gc.collections[generation])
+        if snap.compile is not None:
+            self.compiles.add_metric(jr, snap.compile.compiles)
+            self.recompiles.add_metric(jr, snap.compile.recompiles)
+            self.compile_seconds.add_metric(jr, snap.compile.seconds)
 
     def _steps(self, snap: Snapshot, jr: list[str]) -> None:
         for name in HOST_PHASES:
@@ -198,7 +210,7 @@ class _RankFamilies:
                 self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
                 *self.loader.values(), self.host_batches, self.info, self.last_step, self.dropped, self.startup,
                 self.long_steps, self.long_excess, self.median, self.checkpoint, self.saves, self.gc,
-                self.gc_collections)
+                self.gc_collections, self.compiles, self.recompiles, self.compile_seconds)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

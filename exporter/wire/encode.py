@@ -73,6 +73,11 @@ def trainer(startup_seconds: float | None, long_steps: int, long_step_excess_sec
             f'"collections":[{",".join(map(str, gc_collections))}]}}')
 
 
+def compiles(compiles: int, recompiles: int, seconds: float) -> str:
+    """``,"compile":{..}``: torch.compile's compilations so far, once the script has loaded dynamo."""
+    return f',"compile":{{"compiles":{compiles},"recompiles":{recompiles},"seconds":{seconds}}}'
+
+
 def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float, dropped_timings: int,
         memory: Mapping[str, float]) -> str:
     """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY key,

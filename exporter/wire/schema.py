@@ -46,13 +46,14 @@ GC_GENERATIONS = 3  # Python's collector: generations 0, 1 and 2 (gc.callbacks' 
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
 OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "startup_seconds", "long_steps",
-                 "checkpoint", "gc", "gpu", "loader", "host_batches")
+                 "checkpoint", "gc", "compile", "gpu", "loader", "host_batches")
 # The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
 HOST_MEMORY = ("pinned", "pageable")
 LONG_STEP_KEYS = ("count", "excess_seconds")
 LONG_STEP_OPTIONAL_KEYS = ("median_seconds",)  # sent once the hook has seen enough steps to tell
 CHECKPOINT_KEYS = ("seconds", "saves")
 GC_KEYS = ("seconds", "collections")  # each a list by generation
+COMPILE_KEYS = ("compiles", "recompiles", "seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
 GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
@@ -127,6 +128,13 @@ class GcTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class CompileTotals:
+    compiles: int  # torch.compile's compilations of a frame (hook.compiles), recompilations included
+    recompiles: int  # of those, compilations of a frame compiled before (a guard failed)
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class KubernetesIdentity:
     """The pod the rank runs in, as the hook sees it from inside ("" for what it could not tell)."""
 
@@ -161,6 +169,7 @@ class Snapshot:
     long_steps: LongSteps | None = None
     checkpoint: CheckpointTotals | None = None
     gc: GcTotals | None = None
+    compile: CompileTotals | None = None  # sent once the training script has loaded torch.compile's dynamo
 
 
 def sanitize_job(name: str) -> str:
@@ -220,11 +229,14 @@ def validate(data: bytes) -> Snapshot:
         long_steps=_long_steps(obj["long_steps"]) if "long_steps" in obj else None,
         checkpoint=_checkpoint(obj["checkpoint"]) if "checkpoint" in obj else None,
         gc=_gc(obj["gc"]) if "gc" in obj else None,
+        compile=_compile(obj["compile"]) if "compile" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
     if snapshot.skipped_steps is not None and snapshot.skipped_steps > snapshot.steps:
         raise Rejected("bad_number", "skipped_steps: more than steps")
+    if snapshot.compile is not None and snapshot.compile.recompiles > snapshot.compile.compiles:
+        raise Rejected("bad_number", "compile.recompiles: more than compiles")
     if snapshot.long_steps is not None and snapshot.long_steps.count > snapshot.steps:
         raise Rejected("bad_number", "long_steps.count: more than steps")
     return snapshot
@@ -357,6 +369,13 @@ def _gc(value: Any) -> GcTotals:
         seconds=tuple(_number({"s": s}, "s", "gc.seconds[]") for s in obj["seconds"]),
         collections=tuple(_int({"c": c}, "c", 0, 1 << 62, "gc.collections[]") for c in obj["collections"]),
     )
+
+
+def _compile(value: Any) -> CompileTotals:
+    obj = _object(value, "compile", COMPILE_KEYS)
+    return CompileTotals(compiles=_int(obj, "compiles", 0, 1 << 62, "compile.compiles"),
+                         recompiles=_int(obj, "recompiles", 0, 1 << 62, "compile.recompiles"),
+                         seconds=_number(obj, "seconds", "compile."))
 
 
 def _kubernetes(value: Any) -> KubernetesIdentity:

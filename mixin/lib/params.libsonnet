@@ -42,6 +42,7 @@ local numbers = [
   "checkpoint_ratio",
   "long_step_lost_ratio",
   "startup_max_seconds",
+  "recompiles_per_minute",
   "stall_factor",
   "stall_min_seconds",
   "placement_local_cpus_ratio",

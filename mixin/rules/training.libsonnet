@@ -156,6 +156,10 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_recompiles_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 60",
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -315,6 +319,10 @@ function(p) {
         "/",
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_recompiles_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 60",
     },
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
@@ -478,6 +486,10 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_recompiles_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 60",
+    },
+    {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
@@ -637,6 +649,10 @@ function(p) {
         "/",
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_recompiles_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 60",
     },
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,

@@ -117,6 +117,10 @@ RECORDS: tuple[Record, ...] = (
            f"rate(bottleneck_train_long_step_excess_seconds_total[{W}])\n"
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
            "training"),
+    # torch.compile's recompilations a minute: after the warm-up (the first shapes, an eval switch, an epoch's
+    # last partial batch, each compiled once) a healthy job has none.
+    Record("recompiles", f"job_rank:bottleneck_train_recompiles:per_minute_rate{W}",
+           f"rate(bottleneck_train_recompiles_total[{W}]) * 60", "training"),
     Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
@@ -398,7 +402,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         verdict="long steps that come back",
         # Where the hook names the cause (a save, collections), that verdict says it instead.
         expr="<<long_steps>> > ${long_step_lost_ratio}\nunless on (instance, training_job, rank) (\n"
-        "  <<checkpoint>> > ${checkpoint_ratio}\n  or\n  <<gc>> > ${gc_ratio}\n)",
+        "  <<checkpoint>> > ${checkpoint_ratio}\n  or\n  <<gc>> > ${gc_ratio}\n  or\n"
+        "  <<recompiles>> > ${recompiles_per_minute}\n)",
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} loses much of its time to steps far "
         "longer than its median step.",
@@ -414,7 +419,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "interquartile range of the last 128 steps so that the long steps do not widen it, and longer than "
         "three times the median, so that a busy machine's scheduling jitter does not count). The time they "
         "take above the median is lost to training. Where the hook sees the cause, the verdict that names it "
-        "fires instead: BottleneckBlockingCheckpoints for saves, BottleneckGcPauses for collections.",
+        "fires instead: BottleneckBlockingCheckpoints for saves, BottleneckGcPauses for collections, "
+        "BottleneckKeepsRecompiling for torch.compile's recompilations.",
         evidence="`bottleneck_train_long_step_excess_seconds_total` and `bottleneck_train_long_steps_total` "
         "against `bottleneck_train_step_median_seconds` (the tail: excess per long step over the median), "
         "`bottleneck_train_step_duration_seconds` (the histogram), "
@@ -445,6 +451,34 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "its first step).",
         compares=(), threshold="startup_max_seconds",
         scope=RANK, unit="s", group="training", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="KeepsRecompiling",
+        verdict="torch.compile keeps recompiling",
+        expr="<<recompiles>> > ${recompiles_per_minute}",
+        # Longer than a warm-up's recompilations keep the 5-minute rate up: those end within the first minutes.
+        for_="15m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps recompiling its torch.compile "
+        "graphs.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} recompiled "
+        "{{ $value | humanize }} times a minute over the last ${rate_window}, long after its warm-up (threshold "
+        "${recompiles_per_minute} a minute); each recompilation stops the training thread.",
+        advice="Find the guard that fails (TORCH_LOGS=recompiles prints each one and why) and make the input stop "
+        "changing it: compile with dynamic=True, or torch._dynamo.mark_dynamic(tensor, dim) on the dimension "
+        "that varies (sequence length, batch size); pad or bucket sequences to a few lengths; drop_last=True "
+        "so the last partial batch brings no new shape; pass changing Python numbers (a step count, a "
+        "learning rate) as tensors. Raising torch._dynamo.config.recompile_limit only hides the cost.",
+        meaning="torch.compile guards each compiled graph on what it was traced with (shapes, dtypes, Python "
+        "values); an input that fails every guard is compiled again, and a frame that reaches the recompile "
+        "limit (8 by default) runs uncompiled from then on. A warm-up compiles a few times (the first shapes, "
+        "automatic dynamic shapes on the second, an evaluation pass, an epoch's last batch) and then stops; a "
+        "job that still recompiles after it feeds shapes or values that keep changing, and pays seconds of "
+        "compilation for each.",
+        evidence="`bottleneck_train_recompiles_total` and `bottleneck_train_compiles_total` (dynamo's compile "
+        "callbacks, counted by the hook), `bottleneck_train_compile_seconds_total` (the training thread's "
+        "time in them) against `bottleneck_train_phase_seconds_total{phase=\"step\"}`.",
+        compares=("recompiles",), threshold="recompiles_per_minute",
+        scope=RANK, unit="short", group="training",
     ),
     Heuristic(
         name="TrainingStalled",

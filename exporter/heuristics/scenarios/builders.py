@@ -137,16 +137,18 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
          collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None,
          gc: float | None = None, checkpoint: float | None = None, long_excess: float | None = None,
-         startup: float | None = None) -> list[Series]:
+         startup: float | None = None, recompiles: float | None = None, warmup_recompiles: int = 0) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
     as only hooks that measure it report it. So are ``gc`` (in full collections, generation 2),
     ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
-    the median step) and ``startup`` (seconds to the first step). ``stall`` = (first minute without steps,
-    minute steps resume). ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's namespace);
-    ``pod``: (namespace, pod) as the hook reports it from inside a pod (bottleneck_train_kubernetes_info)."""
+    the median step), ``startup`` (seconds to the first step) and torch.compile's ``recompiles`` (a minute,
+    from the start on) after ``warmup_recompiles`` in the job's first minute. ``stall`` = (first minute without
+    steps, minute steps resume). ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's
+    namespace); ``pod``: (namespace, pod) as the hook reports it from inside a pod
+    (bottleneck_train_kubernetes_info)."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_,
               **({"namespace": namespace} if namespace else {})}
 
@@ -189,6 +191,11 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
     if long_excess is not None:
         out.append(series("bottleneck_train_long_step_excess_seconds_total", labels,
                           progressing(long_excess / step)))
+    if recompiles is not None:
+        per_second = recompiles / 60
+        out.append(series("bottleneck_train_recompiles_total", labels,
+                          [None if value is None else value + (warmup_recompiles if m > tl.start else 0)
+                           for m, value in enumerate(progressing(per_second))]))
     if startup is not None:
         out.append(series("bottleneck_train_startup_seconds", labels,
                           [None if tl.before(m) else startup for m in range(tl.length + 1)]))
