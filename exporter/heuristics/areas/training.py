@@ -403,7 +403,10 @@ HEURISTICS: tuple[Heuristic, ...] = (
         # Where the hook names the cause (a save, collections), that verdict says it instead.
         expr="<<long_steps>> > ${long_step_lost_ratio}\nunless on (instance, training_job, rank) (\n"
         "  <<checkpoint>> > ${checkpoint_ratio}\n  or\n  <<gc>> > ${gc_ratio}\n  or\n"
-        "  <<recompiles>> > ${recompiles_per_minute}\n)",
+        "  <<recompiles>> > ${recompiles_per_minute}\n)\n"
+        # A node whose CPUs are contended preempts the training thread at random: its long steps are the node's
+        # (BottleneckCpuSaturated or BottleneckCpuOverloaded names it), not something the loop does every N steps.
+        "unless on (instance) <<cpu_pressure>> > ${cpu_pressure_ratio}",
         for_="10m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} loses much of its time to steps far "
         "longer than its median step.",
@@ -420,7 +423,9 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "three times the median, so that a busy machine's scheduling jitter does not count). The time they "
         "take above the median is lost to training. Where the hook sees the cause, the verdict that names it "
         "fires instead: BottleneckBlockingCheckpoints for saves, BottleneckGcPauses for collections, "
-        "BottleneckKeepsRecompiling for torch.compile's recompilations.",
+        "BottleneckKeepsRecompiling for torch.compile's recompilations. On a node whose CPUs are "
+        "contended (PSI cpu above ${cpu_pressure_ratio:pct}) the training thread is preempted at random and "
+        "the node's verdicts say so: LongSteps is left out there.",
         evidence="`bottleneck_train_long_step_excess_seconds_total` and `bottleneck_train_long_steps_total` "
         "against `bottleneck_train_step_median_seconds` (the tail: excess per long step over the median), "
         "`bottleneck_train_step_duration_seconds` (the histogram), "

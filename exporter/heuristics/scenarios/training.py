@@ -190,6 +190,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         lambda t: rank(t, step=0.6, between=0.1, checkpoint=0.1, long_excess=0.1)),
     row("LongSteps", NEAR_MISS, "long_steps_of_full_collections_are_named_gc_pauses",
         lambda t: rank(t, step=0.5, forward=0.35, gc=0.3, long_excess=0.1)),
+    row("LongSteps", NEAR_MISS, "a_contended_nodes_preemptions_are_the_nodes_not_the_loops",
+        lambda t: rank(t, step=0.5, long_excess=0.2) + node(t, cpu_pressure=0.8)),
     row("LongSteps", NEAR_MISS, "long_steps_of_recompilations_are_named_keeps_recompiling",
         lambda t: rank(t, step=0.5, long_excess=0.1, recompiles=2.0)),
     row("LongSteps", NOT_YET, "long_steps_job_started_recently",
