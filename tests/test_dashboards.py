@@ -436,7 +436,7 @@ def test_template_variables_resolve(name: str, live: tuple[str, Prometheus]) -> 
 # ---------------------------------------------------------------------------------------------- what a person sees
 
 # Grafana's units (and custom units: count:<what>, suffix:<text>) the dashboards may use; "short" names nothing.
-GRAFANA_UNITS = {"percentunit", "s", "bytes", "Bps", "celsius", "watt", "hertz", "pps", "bool_on_off", "none"}
+GRAFANA_UNITS = {"percentunit", "s", "h", "bytes", "Bps", "celsius", "watt", "hertz", "pps", "bool_on_off", "none"}
 CUSTOM_UNIT = re.compile(r"(count|suffix):\s?\S.*")
 # Series whose name says their unit, and the unit of a panel that draws only them, as they are or rated.
 NAMED_UNITS = ((r"_celsius$", "", "celsius"), (r"_watts$", "", "watt"), (r"_bytes$", "", "bytes"),

@@ -13,14 +13,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 import requests
 
+from bottleneck_exporter.cli import build_parser
 from bottleneck_exporter.heuristics import BUNDLES, resolve
 from bottleneck_exporter.heuristics.promql import Selector, output_labels, parse
+from bottleneck_exporter.parts import build_collectors
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
+from bottleneck_exporter.training.registry import TrainingRegistry
+from tests import kubelet
 from tests.conftest import ROOT
 from tests.datagrams import full_payload
 from tests.promstack import OPERATOR_TARGET_LABELS, Process, start_node_exporter
@@ -63,6 +68,24 @@ def _receiver_families() -> dict[str, set[str]]:
     return found
 
 
+def _kubernetes_families(tmp_path: Path) -> dict[str, set[str]]:
+    """The kubernetes collector's families, asking a real gRPC kubelet stand-in for one pod's GPU."""
+    answer = kubelet.response(kubelet.pod("bert-0", "ml", kubelet.container(
+        "trainer", kubelet.devices("nvidia.com/gpu", "GPU-5e1f7c3a-0000"))))
+    server = kubelet.Kubelet(tmp_path / "kubelet.sock", lambda: answer)
+    try:
+        args = build_parser().parse_args(["--collector.disable-defaults", "--collector.kubernetes",
+                                          f"--collector.kubernetes.pod-resources-socket={tmp_path / 'kubelet.sock'}"])
+        found: dict[str, set[str]] = {}
+        for family in build_collectors(args, {}, TrainingRegistry())["kubernetes"].collect():
+            for sample in family.samples:
+                found.setdefault(sample.name, set()).update(sample.labels)
+        assert found, "the kubernetes collector exported nothing"
+        return found
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     # The fixture tree has every file the rules read (this machine may lack /proc/schedstat).
@@ -74,22 +97,23 @@ def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]
 
 
 @pytest.fixture(scope="module")
-def families(node_exporter: Process) -> dict[str, set[str]]:
+def families(node_exporter: Process, tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """Every family the rules of any bundle can read: ours, node_exporter's (the real binary) and dcgm-exporter's
     (a recorded scrape)."""
     golden = [_families(p.read_text()) for p in sorted((ROOT / "tests" / "golden").glob("*.prom"))]
     dcgm = [_families(p.read_text()) for p in sorted((ROOT / "tests" / "fixtures" / "dcgm-exporter").glob("*.prom"))]
     node = _families(requests.get(f"{node_exporter.url}/metrics", timeout=10).text)
-    return _merge(*golden, _receiver_families(), *dcgm, node, {"up": set()})
+    kubernetes = _kubernetes_families(tmp_path_factory.mktemp("kubelet"))
+    return _merge(*golden, _receiver_families(), kubernetes, *dcgm, node, {"up": set()})
 
 
 def _too_many(labels: set[str] | frozenset[str]) -> bool:
     return len(labels | {"__name__"}) >= LIMIT
 
 
-def test_no_family_the_exporter_exposes_names_a_process_or_has_too_many_labels() -> None:
+def test_no_family_the_exporter_exposes_names_a_process_or_has_too_many_labels(tmp_path: Path) -> None:
     ours = _merge(*(_families(p.read_text()) for p in sorted((ROOT / "tests" / "golden").glob("*.prom"))),
-                  _receiver_families())
+                  _receiver_families(), _kubernetes_families(tmp_path))
     assert len(ours) > 100, "the golden scrapes and the receiver expose the exporter's families"
     # Identity belongs in _info series only (none has it today; a join on demand reads it there).
     assert {name: sorted(filter(IDENTITY.search, labels)) for name, labels in ours.items()

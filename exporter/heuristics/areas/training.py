@@ -483,7 +483,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "callbacks, counted by the hook), `bottleneck_train_compile_seconds_total` (the training thread's "
         "time in them) against `bottleneck_train_phase_seconds_total{phase=\"step\"}`.",
         compares=("recompiles",), threshold="recompiles_per_minute",
-        scope=RANK, unit="short", group="training",
+        scope=RANK, unit="count:recompiles/min", group="training",
     ),
     Heuristic(
         name="TrainingStalled",
