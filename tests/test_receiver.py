@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bottleneck_exporter.config import ConfigError
-from bottleneck_exporter.hook.collective.clock import CollectiveClock, GpuStopwatch
+from bottleneck_exporter.hook.collective.clock import CollectiveClock, ExposedWait, GpuStopwatch
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.hook.transport import Transport
@@ -98,6 +98,7 @@ def test_the_hook_writes_every_key_the_schema_declares_and_no_other():
     session.skips_counted = True
     session.collectives = CollectiveClock()
     session.collectives.gpu = GpuStopwatch(session.collectives, _DoneEvent)
+    session.collectives.exposed = ExposedWait()  # (a gloo rank's, in real use: not beside a GPU stopwatch)
     session._cuda_memory = lambda: dict.fromkeys(GPU_MEMORY, 1.0)
     for _ in range(2):
         for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):

@@ -452,7 +452,8 @@ class Session:
             self.seq, wall, self.transport.dropped, totals.steps, totals.samples, totals.phase_seconds,
             totals.step_seconds, collectives.seconds() if collectives is not None else None, totals.buckets,
             totals.skipped_steps if self.skips_counted else None,
-            collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
+            collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None,
+            collectives.exposed.seconds() if collectives is not None and collectives.exposed is not None else None)
         gpu = self.gpu
         if gpu is not None:
             numbers += encode.gpu(gpu.phase_totals, gpu.busy_seconds, gpu.idle_seconds, gpu.abandoned_steps,

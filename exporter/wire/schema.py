@@ -44,7 +44,8 @@ GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_by
 # (``wire.encode`` writes them).
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
-OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader")
+OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader",
+                 "collective_exposed_seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
 GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
@@ -127,6 +128,8 @@ class Snapshot:
     collective_seconds: float | None = None  # phase_seconds.collective, when sent
     skipped_steps: int | None = None  # steps whose optimizer step AMP's GradScaler skipped, when counted
     collective_dropped_timings: int | None = None  # NCCL collectives whose CUDA events were given up, when sent
+    # The part of collective_seconds the training thread waited, not hidden by compute (gloo DDP), when sent.
+    collective_exposed_seconds: float | None = None
 
 
 def sanitize_job(name: str) -> str:
@@ -181,6 +184,8 @@ def validate(data: bytes) -> Snapshot:
         skipped_steps=_int(obj, "skipped_steps", 0, 1 << 62) if "skipped_steps" in obj else None,
         collective_dropped_timings=_int(obj, "collective_dropped_timings", 0, 1 << 62)
         if "collective_dropped_timings" in obj else None,
+        collective_exposed_seconds=_number(obj, "collective_exposed_seconds")
+        if "collective_exposed_seconds" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
