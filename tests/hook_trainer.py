@@ -1,12 +1,14 @@
 """A tiny real training run under the hook, started as a subprocess by tests/test_hook.py.
 
-    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N]
+    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N] [--keep-losses]
 
 Trains a small MLP on CPU with ``bottleneck_exporter.hook.instrument`` until ``--stop-file`` exists (checked between
 steps) or ``--max-steps`` is reached; the exporter address and job come from BOTTLENECK_PUSH_ADDRESS and
 BOTTLENECK_JOB, as in real use. ``slow`` burns CPU inside ``__getitem__`` (the loader is busy, not blocked);
 ``fast`` serves precomputed tensors. ``--threads`` sets torch's intra-op threads (default 1; the number of
-CPUs makes a CPU-only job that uses every core for its own compute).
+CPUs makes a CPU-only job that uses every core for its own compute). ``--keep-losses`` keeps every step's
+loss tensor in a list, as ``losses.append(loss)`` instead of ``loss.item()`` does: each keeps its step's autograd
+graph, and with it that step's activations (the oldest leak of the PyTorch FAQ).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def main() -> int:
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--max-steps", type=int, default=100000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--keep-losses", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)  # default 1: a shared test machine, one core for the model
@@ -76,12 +79,16 @@ def main() -> int:
                         persistent_workers=args.workers > 0)
     loader = instrument(loader, model=model, optimizer=optimizer)
     steps = 0
+    losses = []
     while steps < args.max_steps:
         for x, y in loader:
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
+            # retain_graph: backward would free the saved activations the list is meant to keep.
+            loss.backward(retain_graph=args.keep_losses)
             optimizer.step()
+            if args.keep_losses:
+                losses.append(loss)
             steps += 1
             if os.path.exists(args.stop_file) or steps >= args.max_steps:
                 print(f"trained {steps} steps", flush=True)

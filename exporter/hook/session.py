@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
+from bottleneck_exporter.hook.allocator import allocator_readings
 from bottleneck_exporter.hook.collective import attach as attach_collectives
 from bottleneck_exporter.hook.collective import enclosing_wrapper
 from bottleneck_exporter.hook.collective.clock import CollectiveClock
@@ -491,7 +492,9 @@ class Session:
         index = self._cuda_index
         readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
                     torch.cuda.max_memory_allocated(index))
-        return dict(zip(GPU_MEMORY, map(float, readings), strict=True))
+        memory: dict[str, float] = dict(zip(GPU_MEMORY, map(float, readings), strict=True))
+        memory.update(allocator_readings(torch.cuda.memory_stats(index)))
+        return memory
 
     def _tick(self, now: float) -> None:
         """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now. With more

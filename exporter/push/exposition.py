@@ -84,6 +84,13 @@ class _RankFamilies:
         self.collective_dropped = _counter(
             "bottleneck_train_collective_timings_dropped_total",
             "NCCL collectives whose GPU timings the hook gave up before their CUDA events completed.")
+        self.allocator = {
+            "allocator_retries": _counter("bottleneck_train_cuda_allocator_retries_total",
+                                          "CUDA allocations the caching allocator retried after freeing its cache "
+                                          "(torch.cuda.memory_stats num_alloc_retries)."),
+            "allocator_ooms": _counter("bottleneck_train_cuda_allocator_ooms_total",
+                                       "CUDA allocations that failed after the retry (memory_stats num_ooms)."),
+        }
         self.memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
                        for key, (short, text) in _MEMORY_NAMES.items()}
         self.loader = {
@@ -153,10 +160,13 @@ class _RankFamilies:
         for key in GPU_MEMORY:
             if key in gpu.memory:
                 self.memory[key].add_metric(jr, gpu.memory[key])
+        for key, count in gpu.allocator.items():
+            self.allocator[key].add_metric(jr, count)
 
     def all(self) -> tuple[Metric, ...]:
         return (self.phase, self.exposed, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase,
                 self.gpu_busy, self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
+                *self.allocator.values(),
                 *self.loader.values(), self.info, self.last_step, self.dropped)
 
 

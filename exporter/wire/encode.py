@@ -66,8 +66,8 @@ def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phas
 
 def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float, dropped_timings: int,
         memory: Mapping[str, float]) -> str:
-    """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY key,
-    those the hook could read."""
+    """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY and
+    GPU_ALLOCATOR key, those the hook could read."""
     phases = ",".join(f'"{name}":{phase_seconds[index]}' for index, name in _GPU_INDEXED)
     extra = "".join(f',"{key}":{value}' for key, value in memory.items())
     return (f',"gpu":{{"phase_seconds":{{{phases}}},"busy_seconds":{busy_seconds},"idle_seconds":{idle_seconds},'

@@ -39,6 +39,8 @@ COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_seconds, each one of STEP_PHASES
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+# The CUDA caching allocator's cumulative counts (torch.cuda.memory_stats(): num_alloc_retries, num_ooms).
+GPU_ALLOCATOR = ("allocator_retries", "allocator_ooms")
 
 # The keys of a datagram and of its objects: those every one has, then those sent only when known
 # (``wire.encode`` writes them).
@@ -47,7 +49,7 @@ KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", 
 OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "gpu", "loader",
                  "collective_exposed_seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
-GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
+GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY, *GPU_ALLOCATOR)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
 
 REASONS = (
@@ -96,6 +98,7 @@ class GpuTotals:
     idle_seconds: float
     memory: dict[str, float]  # GPU_MEMORY key -> bytes; keys absent when the hook could not read them
     dropped_timings: int | None = None  # steps whose CUDA events were given up unread, when sent
+    allocator: dict[str, int] = dataclasses.field(default_factory=dict)  # GPU_ALLOCATOR key -> count, when sent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +287,7 @@ def _gpu(value: Any) -> GpuTotals:
         memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
         dropped_timings=_int(value, "dropped_timings", 0, 1 << 62, "gpu.dropped_timings")
         if "dropped_timings" in value else None,
+        allocator={key: _int(value, key, 0, 1 << 62, f"gpu.{key}") for key in GPU_ALLOCATOR if key in value},
     )
 
 
