@@ -493,7 +493,10 @@ class Session:
         readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
                     torch.cuda.max_memory_allocated(index))
         memory: dict[str, float] = dict(zip(GPU_MEMORY, map(float, readings), strict=True))
-        memory.update(allocator_readings(torch.cuda.memory_stats(index)))
+        # The allocator's counts are a nicety: a torch whose memory_stats() fails (an allocator backend that
+        # keeps none) must not cost the datagram, whose failures switch the hook off.
+        with contextlib.suppress(Exception):
+            memory.update(allocator_readings(torch.cuda.memory_stats(index)))
         return memory
 
     def _tick(self, now: float) -> None:
