@@ -168,13 +168,14 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter() -> None:
     datagram = {
         "v": 1, "job": "resnet50", "rank": 0, "local_rank": 0, "world_size": 1, "device": "cuda:0", "pid": 4242,
         "seq": 1, "time": 1718000000.25, "dropped": 0, "steps": 120, "samples": 3840,
-        "phase_seconds": {"data_wait": 10.2, "forward": 0.9, "backward": 1.7, "optimizer": 0.3, "step": 13.4},
-        "step_buckets": [0, 0, 0, 0, 0, 0, 3, 100, 17, 0, 0, 0, 0, 0, 0, 0],
+        "phase_seconds": {"data_wait": 10.2, "forward": 0.9, "backward": 1.7, "optimizer": 0.3, "step": 13.4,
+                          "collective": 1.2},
+        "step_buckets": [0, 0, 0, 0, 0, 0, 3, 100, 17, 0, 0, 0, 0, 0, 0, 0], "collective_exposed_seconds": 0.4,
         "loader": {"num_workers": 0, "pin_memory": False, "batch_size": 32, "prefetch_factor": None,
                    "persistent_workers": False, "worker_pids": []},
         "gpu": {"phase_seconds": {"forward": 0.8, "backward": 1.6, "optimizer": 0.3}, "busy_seconds": 2.7,
                 "idle_seconds": 10.1, "memory_allocated_bytes": 1.2e9, "memory_reserved_bytes": 2.0e9,
-                "memory_peak_bytes": 1.5e9},
+                "memory_peak_bytes": 1.5e9, "allocator_retries": 3, "allocator_ooms": 0},
     }
     assert receiver.handle(json.dumps(datagram).encode())
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))

@@ -135,12 +135,15 @@ def ecc_uncorrected(tl: Timeline, errors_at: Sequence[int], index: str = "0",
 def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB, step: float = 0.5,
          data_wait: float = 0.05, forward: float = 0.15, optimizer: float = 0.05, gpu_busy: float = 0.8,
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
-         collective: float | None = None) -> list[Series]:
+         collective: float | None = None, exposed: float | None = None,
+         cuda_retries: float | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
-    as only hooks that measure it report it. ``stall`` = (first minute without steps, minute steps resume)."""
+    as only hooks that measure it report it; ``exposed`` (the part of it the rank waited, not hidden by
+    compute) likewise; ``cuda_retries`` (CUDA allocator retries per minute) likewise. ``stall`` = (first
+    minute without steps, minute steps resume)."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
 
     def stalled(m: int) -> bool:
@@ -174,6 +177,10 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
     if collective is not None:  # seconds per step with an all-reduce in flight (overlaps backward)
         out.append(series("bottleneck_train_phase_seconds_total", {**labels, "phase": "collective"},
                           progressing(collective / step)))
+    if exposed is not None:  # seconds per step waited for collectives after backward's compute
+        out.append(series("bottleneck_train_collective_exposed_seconds_total", labels, progressing(exposed / step)))
+    if cuda_retries is not None:
+        out.append(series("bottleneck_train_cuda_allocator_retries_total", labels, progressing(cuda_retries / 60)))
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
         series("bottleneck_train_step_duration_seconds_sum", labels, progressing(1.0)),
@@ -191,11 +198,13 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
 
 def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
-            workers_cpu: float | None = None) -> list[Series]:
+            workers_cpu: float | None = None, rss_growth: float | None = None,
+            growth_until: int | None = None) -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
 
     ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
-    together) adds the workers' CPU time counter."""
+    together) adds the workers' CPU time counter; ``rss_growth`` (bytes per second, from the start until the
+    minute ``growth_until``) adds its resident memory, 4 GiB at the start."""
     target = {"instance": instance, "job": EXPORTER_JOB}
     proc = {"process": "train.py", "local_rank": local_rank}
 
@@ -217,6 +226,11 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
         out.append(series("bottleneck_training_cpu_seconds_total",
                           {**target, **proc, "role": "data_worker", "mode": "user"},
                           [None if alive_until is not None and m >= alive_until else c for m, c in enumerate(cpu)]))
+    if rss_growth is not None:
+        grown = [rss_growth * 60 * (min(m, growth_until if growth_until is not None else m) - tl.start)
+                 for m in range(tl.length + 1)]
+        rss = [None if value is None else 4 * 2**30 + grown[m] for m, value in enumerate(present(1))]
+        out.append(series("bottleneck_training_resident_memory_bytes", {**target, **proc}, rss))
     return out
 
 
