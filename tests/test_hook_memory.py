@@ -65,8 +65,8 @@ def test_a_bad_allocator_count_is_refused_naming_the_key(count: object) -> None:
 def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_healthy_one_is_not(
         tmp_path: Path) -> None:
     """Two CPU jobs side by side, the same model and data: one keeps every step's loss tensor with its graph
-    (``losses.append(loss)``), the other not. Diagnosed over 30 s from /proc (the training collector finds both
-    through the push receiver), after both have warmed up."""
+    (``losses.append(loss)``), the other not. Diagnosed over 45 s from /proc (the training collector finds both
+    through the push receiver), after both have warmed up (20 steps)."""
     sock = tmp_path / "push.sock"
     jobs = {"leaking": ["--keep-losses"], "healthy": []}
     trainers = {job: subprocess.Popen(
@@ -76,8 +76,8 @@ def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_heal
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, extra in jobs.items()}
     diag = None
     try:
-        wait_for_steps(sock, trainers, steps=10, timeout=240)
-        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "30",
+        wait_for_steps(sock, trainers, steps=20, timeout=240)
+        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "45",
                                  "--interval", "2", "--json", f"--push.socket={sock}", "--collector.disable-defaults",
                                  "--collector.training", "--collector.memory"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
