@@ -39,7 +39,15 @@ from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
 from bottleneck_exporter.wire import schema
 from bottleneck_exporter.wire.encode import encode
-from bottleneck_exporter.wire.schema import GPU_MEMORY, JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, validate
+from bottleneck_exporter.wire.schema import (
+    GPU_ALLOCATOR,
+    GPU_MEMORY,
+    JOB_LABEL,
+    MAX_DATAGRAM_BYTES,
+    REASONS,
+    STEP_BUCKETS,
+    validate,
+)
 from tests.conftest import require_tool, wait_until
 from tests.datagrams import full_payload, hook_payload
 
@@ -99,7 +107,7 @@ def test_the_hook_writes_every_key_the_schema_declares_and_no_other():
     session.collectives = CollectiveClock()
     session.collectives.gpu = GpuStopwatch(session.collectives, _DoneEvent)
     session.collectives.exposed = ExposedWait()  # (a gloo rank's, in real use: not beside a GPU stopwatch)
-    session._cuda_memory = lambda: dict.fromkeys(GPU_MEMORY, 1.0)
+    session._cuda_memory = lambda: {**dict.fromkeys(GPU_MEMORY, 1.0), **dict.fromkeys(GPU_ALLOCATOR, 0)}
     for _ in range(2):
         for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
             session.mark(phase)
