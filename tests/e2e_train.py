@@ -129,6 +129,7 @@ def hook_result(model: torch.nn.Module, local: torch.nn.Module) -> dict[str, obj
 
     return {"fp16_gradients": bool(grads) and all(torch.equal(g, g.half().float()) for g in grads),
             "collective_seconds": clock.seconds() if clock is not None else None,
+            "exposed_seconds": clock.exposed.seconds() if clock is not None and clock.exposed is not None else None,
             "fsdp_launches": fsdp2.launches(model), "fsdp1_launches": fsdp1.launches(model),
             "step_seconds": session.clock.totals().step_seconds if session is not None else None,
             # The parameters after the steps: the same with the hook as without it (its reductions are the

@@ -1,6 +1,6 @@
 """A tiny real training run under the hook, started as a subprocess by tests/test_hook.py.
 
-    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N]
+    python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N] [--keep-losses]
                                  [--start-after S] [--gc-collect-over N] [--checkpoint-every K --checkpoint-mb M]
                                  [--evaluate-every K]
 
@@ -8,7 +8,9 @@ Trains a small MLP on CPU with ``bottleneck_exporter.hook.instrument`` until ``-
 steps) or ``--max-steps`` is reached; the exporter address and job come from BOTTLENECK_PUSH_ADDRESS and
 BOTTLENECK_JOB, as in real use. ``slow`` burns CPU inside ``__getitem__`` (the loader is busy, not blocked);
 ``fast`` serves precomputed tensors. ``--threads`` sets torch's intra-op threads (default 1; the number of
-CPUs makes a CPU-only job that uses every core for its own compute).
+CPUs makes a CPU-only job that uses every core for its own compute). ``--keep-losses`` keeps every step's
+loss tensor in a list, as ``losses.append(loss)`` instead of ``loss.item()`` does: each keeps its step's autograd
+graph, and with it that step's activations (the oldest leak of the PyTorch FAQ).
 
 The other options build the jobs of what the trainer loses besides its phases: ``--start-after`` sleeps
 before training (a dataset indexed at start, a slow import: SlowStart); ``--gc-collect-over`` keeps that many
@@ -43,6 +45,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--checkpoint-mb", type=int, default=0)
     parser.add_argument("--evaluate-every", type=int, default=0)
+    parser.add_argument("--keep-losses", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)  # default 1: a shared test machine, one core for the model
@@ -66,12 +69,16 @@ def main() -> int:
                         persistent_workers=args.workers > 0)
     loader = instrument(loader, model=model, optimizer=optimizer)
     steps = 0
+    losses = []
     while steps < args.max_steps:
         for x, y in loader:
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
+            # retain_graph: backward would free the saved activations the list is meant to keep.
+            loss.backward(retain_graph=args.keep_losses)
             optimizer.step()
+            if args.keep_losses:
+                losses.append(loss)
             steps += 1
             if live:
                 gc.collect()

@@ -14,6 +14,7 @@ from bottleneck_exporter.hook.collective.clock import (
     GPU,
     HOST,
     CollectiveClock,
+    ExposedWait,
     GpuStopwatch,
     HostStopwatch,
     Stopwatches,
@@ -496,3 +497,46 @@ def test_layers_under_a_root_that_ran_are_never_taken_for_roots(one_rank: None) 
     root(torch.randn(4, 8)).sum().backward()
     assert not fsdp1.attach_roots(Stopwatches(CollectiveClock(), backend_of), module)
     assert not any(fsdp1._ATTACHED in m.__dict__ for m in root.modules())
+
+
+def test_only_the_wait_after_backwards_last_launch_is_exposed() -> None:
+    """Three buckets of one backward (DDP launches the first layers' last): what completes before the last
+    launch overlapped compute; from the last launch to the latest completion the rank only waits."""
+    wait = ExposedWait()
+    wait.launched(1.0, last=False)
+    wait.completed(1.5)  # hidden behind the rest of backward
+    wait.launched(2.0, last=False)
+    wait.launched(3.0, last=True)  # backward has nothing left to compute
+    wait.completed(3.5)  # the second bucket, still in flight at the last launch
+    wait.completed(4.0)  # the last one
+    assert wait.seconds() == pytest.approx(1.0)
+    # The next backward's first launch: its completions before its own last launch are hidden again.
+    wait.launched(10.0, last=False)
+    wait.completed(10.5)
+    assert wait.seconds() == pytest.approx(1.0)
+    wait.launched(11.0, last=True)
+    wait.completed(11.25)
+    assert wait.seconds() == pytest.approx(1.25)
+
+
+def test_gloo_ddp_sends_its_exposed_wait_within_its_collective_time(one_rank: None) -> None:
+    """A real DDP model in small buckets (several all-reduces per backward), on gloo: the exposed wait is
+    measured, sent, and never more than the time with a collective in flight."""
+    import torch
+
+    from bottleneck_exporter.hook import instrument
+    from bottleneck_exporter.hook.session import Session
+
+    layers = torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(4)))
+    model = torch.nn.parallel.DistributedDataParallel(layers, bucket_cap_mb=0.3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = [(torch.randn(8, 256), torch.randn(8, 256))] * 5
+    session = Session(address="off", job="exposed")
+    for x, y in instrument(batches, model=model, optimizer=optimizer, session=session):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    payload = session.payload()
+    session.close()
+    exposed, collective = payload["collective_exposed_seconds"], payload["phase_seconds"]["collective"]
+    assert 0 < exposed <= collective, payload

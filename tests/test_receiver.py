@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bottleneck_exporter.config import ConfigError
-from bottleneck_exporter.hook.collective.clock import CollectiveClock, GpuStopwatch
+from bottleneck_exporter.hook.collective.clock import CollectiveClock, ExposedWait, GpuStopwatch
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER
 from bottleneck_exporter.hook.transport import Transport
@@ -40,7 +40,15 @@ from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.training.registry import TrainingRegistry
 from bottleneck_exporter.wire import schema
 from bottleneck_exporter.wire.encode import encode
-from bottleneck_exporter.wire.schema import GPU_MEMORY, JOB_LABEL, MAX_DATAGRAM_BYTES, REASONS, STEP_BUCKETS, validate
+from bottleneck_exporter.wire.schema import (
+    GPU_ALLOCATOR,
+    GPU_MEMORY,
+    JOB_LABEL,
+    MAX_DATAGRAM_BYTES,
+    REASONS,
+    STEP_BUCKETS,
+    validate,
+)
 from tests.conftest import require_tool, wait_until
 from tests.datagrams import full_payload, hook_payload
 
@@ -105,8 +113,9 @@ def test_the_hook_writes_every_key_the_schema_declares_and_no_other(monkeypatch:
     session.skips_counted = True
     session.collectives = CollectiveClock()
     session.collectives.gpu = GpuStopwatch(session.collectives, _DoneEvent)
-    session._cuda_memory = lambda: dict.fromkeys(GPU_MEMORY, 1.0)
+    session._cuda_memory = lambda: {**dict.fromkeys(GPU_MEMORY, 1.0), **dict.fromkeys(GPU_ALLOCATOR, 0)}
     session.pin_check.pageable = 3  # as the loader's sampled check counts them on a CUDA rank
+    session.collectives.exposed = ExposedWait()  # (a gloo rank's, in real use: not beside a GPU stopwatch)
     for _ in range(2):
         for phase in (DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER):
             session.mark(phase)

@@ -119,8 +119,9 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "regex"),
     Parameter("collective_ratio", 0.5, "Share of the step a rank has a collective in flight (DDP's gradient "
               "all-reduce, FSDP's all-gather and reduce-scatter, from launch to completion) above which it is "
-              "communication-bound. Gradient collectives overlap backward, and backward is about two thirds "
-              "of a step's compute: below this share the backward can still hide it."),
+              "communication-bound, for a rank whose exposed wait the hook cannot measure (NCCL, FSDP). Gradient "
+              "collectives overlap backward, and backward is about two thirds of a step's compute: below "
+              "this share the backward can still hide it."),
     Parameter("gc_ratio", 0.1, "Share of the step a rank spends in Python's garbage collector above which "
               "collections hold training back. A loop that leaves the collector alone spends well under 1% there "
               "(young collections of a few hundred objects take microseconds); a gc.collect() every step over "
@@ -137,6 +138,16 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "which a rank keeps recompiling: one every five minutes, held for 15 minutes. A warm-up's "
               "recompilations (the first shapes, an evaluation pass, an epoch's last batch) end within its "
               "first minutes; after them a healthy job has none."),
+    Parameter("exposed_collective_ratio", 0.2, "Share of the step a rank waits for collectives that its "
+              "compute did not hide (DDP's gradient all-reduce after backward's last bucket launch) above which "
+              "it is communication-bound. The TensorBoard profiler plugin advised at 10 % of the step, nsys-ai "
+              "flags 20 %: an alert that holds 10 minutes takes the higher, where the fix pays for itself."),
+    Parameter("memory_growth_ratio_per_hour", 0.05, "Share of the node's memory per hour above which a "
+              "training process's resident memory that keeps growing is a leak: at 5 % an hour a leak fills "
+              "the node within a day (SageMaker's GPUMemoryIncrease fires on a rise of 5 points)."),
+    Parameter("cuda_alloc_retries_per_minute", 1, "CUDA caching-allocator retries (num_alloc_retries) per "
+              "minute above which a rank runs at the edge of its GPU's memory: each retry frees the cache, "
+              "synchronising the device."),
     Parameter("stall_factor", 20, "A rank with no finished step for this many times its mean step time is "
               "stalled (warning)."),
     Parameter("stall_min_seconds", 300, "...and for at least this many seconds, so that checkpoints and "

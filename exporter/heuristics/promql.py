@@ -5,7 +5,7 @@ this node with no Prometheus at hand, so the Python verdicts and the alert rules
 The scenario table checks it against ``promtool test rules`` on every heuristic.
 
 Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``increase``,
-``avg_over_time``, ``max_over_time``, ``min_over_time``, ``time``, ``absent``, ``vector``, ``label_replace``;
+``avg_over_time``, ``max_over_time``, ``min_over_time``, ``deriv``, ``time``, ``absent``, ``vector``, ``label_replace``;
 ``sum avg min max count quantile``
 with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
 and ``group_left``. Anything else is a :class:`PromQLError` naming the construct. A range may be a
@@ -33,13 +33,13 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 LOOKBACK_SECONDS = 300.0
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 AGGREGATIONS = ("sum", "avg", "min", "max", "count", "quantile")
-RANGE_FUNCTIONS = ("rate", "increase", "avg_over_time", "max_over_time", "min_over_time")
+RANGE_FUNCTIONS = ("rate", "increase", "avg_over_time", "max_over_time", "min_over_time", "deriv")
 COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
 
 
@@ -635,6 +635,17 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 }
 
 
+def _slope(times: Sequence[float], values: Sequence[float]) -> float | None:
+    """Prometheus' ``deriv``: the least-squares slope, per second, of a gauge's samples (None below two)."""
+    if len(times) < 2:
+        return None
+    mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread == 0:
+        return None
+    return sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
+
+
 def _extrapolated_rate(times: list[float], values: list[float], start: float, end: float,
                        range_seconds: float, is_rate: bool) -> float | None:
     """Prometheus' extrapolatedRate for counters: reset-aware, extrapolated to the window edges."""
@@ -728,6 +739,8 @@ class Evaluator:
             if node.func in ("rate", "increase"):
                 result = _extrapolated_rate(window_t, window_v, start, self.at, selector.range_seconds,
                                             node.func == "rate")
+            elif node.func == "deriv":
+                result = _slope(window_t, window_v)
             elif node.func == "avg_over_time":
                 result = sum(window_v) / len(window_v)
             elif node.func == "max_over_time":

@@ -30,6 +30,7 @@ from time import perf_counter
 from typing import Any
 
 from bottleneck_exporter.hook import checkpoint
+from bottleneck_exporter.hook.allocator import allocator_readings
 from bottleneck_exporter.hook.checkpoint import CheckpointClock
 from bottleneck_exporter.hook.collective import attach as attach_collectives
 from bottleneck_exporter.hook.collective import enclosing_wrapper
@@ -476,7 +477,8 @@ class Session:
             self.seq, wall, self.transport.dropped, totals.steps, totals.samples, totals.phase_seconds,
             totals.step_seconds, collectives.seconds() if collectives is not None else None, totals.buckets,
             totals.skipped_steps if self.skips_counted else None,
-            collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None)
+            collectives.gpu.abandoned if collectives is not None and collectives.gpu is not None else None,
+            collectives.exposed.seconds() if collectives is not None and collectives.exposed is not None else None)
         numbers += self._lost_time(totals)
         checkpoint.watch()  # torch.distributed.checkpoint may have been loaded since
         compiles = self.compiles
@@ -537,7 +539,12 @@ class Session:
         index = self._cuda_index
         readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
                     torch.cuda.max_memory_allocated(index))
-        return dict(zip(GPU_MEMORY, map(float, readings), strict=True))
+        memory: dict[str, float] = dict(zip(GPU_MEMORY, map(float, readings), strict=True))
+        # The allocator's counts are a nicety: a torch whose memory_stats() fails (an allocator backend that
+        # keeps none) must not cost the datagram, whose failures switch the hook off.
+        with contextlib.suppress(Exception):
+            memory.update(allocator_readings(torch.cuda.memory_stats(index)))
+        return memory
 
     def _tick(self, now: float) -> None:
         """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now. With more

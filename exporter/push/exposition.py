@@ -5,6 +5,7 @@ Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); expo
 
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="data_wait"} 10.2
     bottleneck_train_phase_seconds_total{training_job="resnet",rank="0",phase="collective"} 4.2
+    bottleneck_train_collective_exposed_seconds_total{training_job="resnet",rank="0"} 1.3
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
     bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
     bottleneck_train_gc_seconds_total{training_job="resnet",rank="0",generation="2"} 41.5
@@ -63,6 +64,9 @@ class _RankFamilies:
         self.phase = _counter("bottleneck_train_phase_seconds_total",
                               "Host time per training-step phase, as measured by the in-process hook "
                               "(phase collective overlaps backward and is no part of step).", [*_JR, "phase"])
+        self.exposed = _counter("bottleneck_train_collective_exposed_seconds_total",
+                                "Host time the training thread waited for its collectives, the part of "
+                                "phase collective that compute did not hide (gloo DDP).")
         self.steps = _counter("bottleneck_train_steps_total",
                               "Training steps completed (optimizer steps, including those AMP skipped).")
         self.skipped = _counter("bottleneck_train_skipped_steps_total",
@@ -82,6 +86,13 @@ class _RankFamilies:
         self.collective_dropped = _counter(
             "bottleneck_train_collective_timings_dropped_total",
             "NCCL collectives whose GPU timings the hook gave up before their CUDA events completed.")
+        self.allocator = {
+            "allocator_retries": _counter("bottleneck_train_cuda_allocator_retries_total",
+                                          "CUDA allocations the caching allocator retried after freeing its cache "
+                                          "(torch.cuda.memory_stats num_alloc_retries)."),
+            "allocator_ooms": _counter("bottleneck_train_cuda_allocator_ooms_total",
+                                       "CUDA allocations that failed after the retry (memory_stats num_ooms)."),
+        }
         self.memory = {key: _gauge(f"bottleneck_train_cuda_memory_{short}_bytes", f"CUDA {text}.")
                        for key, (short, text) in _MEMORY_NAMES.items()}
         self.loader = {
@@ -171,6 +182,8 @@ class _RankFamilies:
             self.phase.add_metric([*jr, name], snap.phase_seconds[name])
         if snap.collective_seconds is not None:
             self.phase.add_metric([*jr, COLLECTIVE], snap.collective_seconds)
+        if snap.collective_exposed_seconds is not None:
+            self.exposed.add_metric(jr, snap.collective_exposed_seconds)
         self.steps.add_metric(jr, snap.steps)
         if snap.skipped_steps is not None:
             self.skipped.add_metric(jr, snap.skipped_steps)
@@ -204,13 +217,15 @@ class _RankFamilies:
         for key in GPU_MEMORY:
             if key in gpu.memory:
                 self.memory[key].add_metric(jr, gpu.memory[key])
+        for key, count in gpu.allocator.items():
+            self.allocator[key].add_metric(jr, count)
 
     def all(self) -> tuple[Metric, ...]:
-        return (self.phase, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase, self.gpu_busy,
-                self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
-                *self.loader.values(), self.host_batches, self.info, self.last_step, self.dropped, self.startup,
-                self.long_steps, self.long_excess, self.median, self.checkpoint, self.saves, self.gc,
-                self.gc_collections, self.compiles, self.recompiles, self.compile_seconds)
+        return (self.phase, self.exposed, self.steps, self.skipped, self.samples, self.duration, self.gpu_phase,
+                self.gpu_busy, self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
+                *self.allocator.values(), *self.loader.values(), self.host_batches, self.info, self.last_step,
+                self.dropped, self.startup, self.long_steps, self.long_excess, self.median, self.checkpoint,
+                self.saves, self.gc, self.gc_collections, self.compiles, self.recompiles, self.compile_seconds)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

@@ -45,9 +45,11 @@ def identity(job: str, rank: int, local_rank: int, world_size: int, device: str,
 
 def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phase_seconds: Sequence[float],
            step_seconds: float, collective_seconds: float | None, step_buckets: Sequence[int],
-           skipped_steps: int | None, collective_dropped_timings: int | None) -> str:
-    """``,"seq":..`` to ``"step_buckets":[..]``, then ``skipped_steps`` and ``collective_dropped_timings`` when
-    given. ``phase_seconds`` by STEP_PHASES index (what follows those is left out)."""
+           skipped_steps: int | None, collective_dropped_timings: int | None,
+           collective_exposed_seconds: float | None = None) -> str:
+    """``,"seq":..`` to ``"step_buckets":[..]``, then ``skipped_steps``, ``collective_dropped_timings`` and
+    ``collective_exposed_seconds`` when given. ``phase_seconds`` by STEP_PHASES index (what follows those is
+    left out)."""
     phases = "".join(f'"{name}":{seconds},' for name, seconds in zip(STEP_PHASES, phase_seconds, strict=False))
     collective = f',"collective":{collective_seconds}' if collective_seconds is not None else ""
     text = (f',"seq":{seq},"time":{time},"dropped":{dropped},"steps":{steps},"samples":{samples},'
@@ -57,6 +59,8 @@ def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phas
         text += f',"skipped_steps":{skipped_steps}'
     if collective_dropped_timings is not None:
         text += f',"collective_dropped_timings":{collective_dropped_timings}'
+    if collective_exposed_seconds is not None:
+        text += f',"collective_exposed_seconds":{collective_exposed_seconds}'
     return text
 
 
@@ -80,8 +84,8 @@ def compiles(compiles: int, recompiles: int, seconds: float) -> str:
 
 def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float, dropped_timings: int,
         memory: Mapping[str, float]) -> str:
-    """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY key,
-    those the hook could read."""
+    """``,"gpu":{..}``; ``phase_seconds`` by STEP_PHASES index, as the host's; ``memory`` by GPU_MEMORY and
+    GPU_ALLOCATOR key, those the hook could read."""
     phases = ",".join(f'"{name}":{phase_seconds[index]}' for index, name in _GPU_INDEXED)
     extra = "".join(f',"{key}":{value}' for key, value in memory.items())
     return (f',"gpu":{{"phase_seconds":{{{phases}}},"busy_seconds":{busy_seconds},"idle_seconds":{idle_seconds},'

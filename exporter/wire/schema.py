@@ -40,13 +40,15 @@ GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_secon
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
 GC_GENERATIONS = 3  # Python's collector: generations 0, 1 and 2 (gc.callbacks' info["generation"])
+# The CUDA caching allocator's cumulative counts (torch.cuda.memory_stats(): num_alloc_retries, num_ooms).
+GPU_ALLOCATOR = ("allocator_retries", "allocator_ooms")
 
 # The keys of a datagram and of its objects: those every one has, then those sent only when known
 # (``wire.encode`` writes them).
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
 OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "startup_seconds", "long_steps",
-                 "checkpoint", "gc", "compile", "gpu", "loader", "host_batches")
+                 "checkpoint", "gc", "compile", "gpu", "loader", "host_batches", "collective_exposed_seconds")
 # The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
 HOST_MEMORY = ("pinned", "pageable")
 LONG_STEP_KEYS = ("count", "excess_seconds")
@@ -55,7 +57,7 @@ CHECKPOINT_KEYS = ("seconds", "saves")
 GC_KEYS = ("seconds", "collections")  # each a list by generation
 COMPILE_KEYS = ("compiles", "recompiles", "seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
-GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY)
+GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY, *GPU_ALLOCATOR)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
 
 REASONS = (
@@ -104,6 +106,7 @@ class GpuTotals:
     idle_seconds: float
     memory: dict[str, float]  # GPU_MEMORY key -> bytes; keys absent when the hook could not read them
     dropped_timings: int | None = None  # steps whose CUDA events were given up unread, when sent
+    allocator: dict[str, int] = dataclasses.field(default_factory=dict)  # GPU_ALLOCATOR key -> count, when sent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +173,8 @@ class Snapshot:
     checkpoint: CheckpointTotals | None = None
     gc: GcTotals | None = None
     compile: CompileTotals | None = None  # sent once the training script has loaded torch.compile's dynamo
+    # The part of collective_seconds the training thread waited, not hidden by compute (gloo DDP), when sent.
+    collective_exposed_seconds: float | None = None
 
 
 def sanitize_job(name: str) -> str:
@@ -230,6 +235,8 @@ def validate(data: bytes) -> Snapshot:
         checkpoint=_checkpoint(obj["checkpoint"]) if "checkpoint" in obj else None,
         gc=_gc(obj["gc"]) if "gc" in obj else None,
         compile=_compile(obj["compile"]) if "compile" in obj else None,
+        collective_exposed_seconds=_number(obj, "collective_exposed_seconds")
+        if "collective_exposed_seconds" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
@@ -332,6 +339,7 @@ def _gpu(value: Any) -> GpuTotals:
         memory={key: _number(value, key, "gpu.") for key in GPU_MEMORY if key in value},
         dropped_timings=_int(value, "dropped_timings", 0, 1 << 62, "gpu.dropped_timings")
         if "dropped_timings" in value else None,
+        allocator={key: _int(value, key, 0, 1 << 62, f"gpu.{key}") for key in GPU_ALLOCATOR if key in value},
     )
 
 

@@ -167,6 +167,45 @@ function(p) {
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
     },
+    {
+      record: "job_rank:bottleneck_train_collective_exposed:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_training_resident_memory_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "instance_process:bottleneck_training_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "1 / (instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window + " > 0)",
+        "* on (" + p.cluster_label + ", instance) group_left ()",
+        "bottleneck_memory_available_bytes" + p.bottleneckExporterSelector_braces,
+      ]),
+    },
+    {
+      record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
+      expr: p.memory_growth_ratio_per_hour + " * bottleneck_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
+      expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
+    },
   ],
   "node-exporter": [
     {
@@ -331,6 +370,45 @@ function(p) {
         "/",
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_exposed:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_training_resident_memory_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "instance_process:bottleneck_training_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "1 / (instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window + " > 0)",
+        "* on (" + p.cluster_label + ", instance) group_left ()",
+        "node_memory_MemAvailable_bytes" + p.nodeExporterSelector_braces,
+      ]),
+    },
+    {
+      record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
+      expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
+      expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
     },
   ],
   "node-exporter-dcgm": [
@@ -497,6 +575,45 @@ function(p) {
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
     },
+    {
+      record: "job_rank:bottleneck_train_collective_exposed:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_training_resident_memory_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "instance_process:bottleneck_training_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "1 / (instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window + " > 0)",
+        "* on (" + p.cluster_label + ", instance) group_left ()",
+        "node_memory_MemAvailable_bytes" + p.nodeExporterSelector_braces,
+      ]),
+    },
+    {
+      record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
+      expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
+      expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
+    },
   ],
   "node-exporter-dcgm-only": [
     {
@@ -661,6 +778,45 @@ function(p) {
         "/",
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
       ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_exposed:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_training_resident_memory_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "instance_process:bottleneck_training_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "1 / (instance_process:bottleneck_training_resident_memory_bytes:deriv" + p.rate_window + " > 0)",
+        "* on (" + p.cluster_label + ", instance) group_left ()",
+        "node_memory_MemAvailable_bytes" + p.nodeExporterSelector_braces,
+      ]),
+    },
+    {
+      record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
+      expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
+      expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
     },
   ],
 },

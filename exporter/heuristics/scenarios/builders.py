@@ -137,15 +137,17 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
          num_workers: int = 4, stall: tuple[int, int] | None = None, device: str = "cuda:0", between: float = 0.0,
          collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None,
          gc: float | None = None, checkpoint: float | None = None, long_excess: float | None = None,
-         startup: float | None = None, recompiles: float | None = None, warmup_recompiles: int = 0) -> list[Series]:
+         startup: float | None = None, recompiles: float | None = None, warmup_recompiles: int = 0,
+         exposed: float | None = None, cuda_retries: float | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
-    outside the phases); ``collective`` (seconds per step in collectives, inside backward) only where given,
-    as only hooks that measure it report it. So are ``gc`` (in full collections, generation 2),
-    ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
-    the median step), ``startup`` (seconds to the first step) and torch.compile's ``recompiles`` (a minute,
-    from the start on) after ``warmup_recompiles`` in the job's first minute. ``stall`` = (first minute without
+    outside the phases). Only where given, as only hooks that measure them report them: ``collective``
+    (seconds per step in collectives, inside backward), ``exposed`` (the part of it the rank waited, not hidden
+    by compute), ``cuda_retries`` (CUDA allocator retries per minute), ``gc`` (in full collections, generation
+    2), ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
+    the median step), ``startup`` (seconds to the first step) and torch.compile's ``recompiles`` (a minute, from
+    the start on) after ``warmup_recompiles`` in the job's first minute. ``stall`` = (first minute without
     steps, minute steps resume). ``namespace``: the scrape target's (a ServiceMonitor's, the exporter's
     namespace); ``pod``: (namespace, pod) as the hook reports it from inside a pod
     (bottleneck_train_kubernetes_info)."""
@@ -199,6 +201,10 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
     if startup is not None:
         out.append(series("bottleneck_train_startup_seconds", labels,
                           [None if tl.before(m) else startup for m in range(tl.length + 1)]))
+    if exposed is not None:  # seconds per step waited for collectives after backward's compute
+        out.append(series("bottleneck_train_collective_exposed_seconds_total", labels, progressing(exposed / step)))
+    if cuda_retries is not None:
+        out.append(series("bottleneck_train_cuda_allocator_retries_total", labels, progressing(cuda_retries / 60)))
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
         series("bottleneck_train_step_duration_seconds_sum", labels, progressing(1.0)),
@@ -221,12 +227,13 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
 def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
             workers_cpu: float | None = None, cpu_limit: float | None = None,
-            throttled: float = 0.0) -> list[Series]:
+            throttled: float = 0.0, rss_growth: float | None = None, growth_until: int | None = None) -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
 
     ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
     together) adds the workers' CPU time counter. ``cpu_limit`` (cores) adds its cgroup's CFS bandwidth:
-    100 ms periods, the share ``throttled`` of them throttled."""
+    100 ms periods, the share ``throttled`` of them throttled. ``rss_growth`` (bytes per second, from the start
+    until the minute ``growth_until``) adds its resident memory, 4 GiB at the start."""
     target = {"instance": instance, "job": EXPORTER_JOB}
     proc = {"process": "train.py", "local_rank": local_rank}
 
@@ -256,6 +263,11 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
             series("bottleneck_training_cpu_throttled_periods_total", {**target, **proc},
                    counter(tl, throttled * periods)),
         ]
+    if rss_growth is not None:
+        grown = [rss_growth * 60 * (min(m, growth_until if growth_until is not None else m) - tl.start)
+                 for m in range(tl.length + 1)]
+        rss = [None if value is None else 4 * 2**30 + grown[m] for m, value in enumerate(present(1))]
+        out.append(series("bottleneck_training_resident_memory_bytes", {**target, **proc}, rss))
     return out
 
 

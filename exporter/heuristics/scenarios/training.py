@@ -15,7 +15,16 @@ from bottleneck_exporter.heuristics.scenarios.series import (
     Series,
     Timeline,
 )
-from bottleneck_exporter.heuristics.scenarios.table import FIRES, NEAR_MISS, NOT_YET, RANK0, Expect, Scenario, row
+from bottleneck_exporter.heuristics.scenarios.table import (
+    FIRES,
+    NEAR_MISS,
+    NOT_YET,
+    PROC0,
+    RANK0,
+    Expect,
+    Scenario,
+    row,
+)
 
 NO_CAUSE = "none of its node's signals stands out: work only this rank does"
 
@@ -209,6 +218,35 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("SlowStart", NEAR_MISS, "first_step_after_15m", lambda t: rank(t, startup=900.0), severity="info"),
     row("SlowStart", NOT_YET, "slow_starter_just_took_its_first_step",
         lambda t: rank(t, startup=1500.0), e(RANK0, 1500.0), severity="info"),
+    row("CommunicationBound", FIRES, "gloo_allreduce_half_the_step_waited_for_after_backward",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.6, exposed=0.5,
+                       device="cpu"), e(RANK0, 0.5)),
+    row("CommunicationBound", NEAR_MISS, "allreduce_in_flight_60pct_but_hidden_behind_backward_exposed_15pct",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.6, exposed=0.15,
+                       device="cpu")),
+    row("CommunicationBound", NEAR_MISS, "peers_waiting_for_a_straggler_in_the_allreduce_are_not_bound",
+        lambda t: [s for r in range(3) for s in rank(
+            t, rank_=str(r), step=0.8, data_wait=0.05, forward=0.2, optimizer=0.05,
+            between=0.3 if r == 0 else 0.0, collective=0.05 if r == 0 else 0.35,
+            exposed=0.04 if r == 0 else 0.34, device="cpu")]),
+    row("CommunicationBound", NOT_YET, "exposed_wait_job_started_recently",
+        lambda t: rank(t, step=1.0, data_wait=0.02, forward=0.1, optimizer=0.03, collective=0.6, exposed=0.5,
+                       device="cpu"), e(RANK0, 0.5)),
+    # -- memory --------------------------------------------------------------------------------------------------------
+    row("MemoryGrowing", FIRES, "losses_appended_with_their_graphs_grow_10_mib_a_second",
+        lambda t: process(t, rss_growth=10 * 2**20) + node(t), e({**PROC0, "training_job": TRAIN_JOB}, 10 * 2**20)),
+    row("MemoryGrowing", NEAR_MISS, "rss_grows_0_5_mib_a_second_under_5pct_of_the_node_an_hour",
+        lambda t: process(t, rss_growth=0.5 * 2**20) + node(t)),
+    row("MemoryGrowing", NEAR_MISS, "warm_up_growth_that_levels_off_is_no_leak",
+        lambda t: process(t, rss_growth=20 * 2**20, growth_until=4) + node(t)),
+    row("MemoryGrowing", NOT_YET, "leaking_job_started_recently",
+        lambda t: process(t, rss_growth=10 * 2**20) + node(t), e({**PROC0, "training_job": TRAIN_JOB}, 10 * 2**20)),
+    row("CudaAllocatorRetrying", FIRES, "allocator_frees_its_cache_and_retries_6_times_a_minute",
+        lambda t: rank(t, cuda_retries=6), e(RANK0, 6)),
+    row("CudaAllocatorRetrying", NEAR_MISS, "one_retry_every_two_minutes",
+        lambda t: rank(t, cuda_retries=0.5)),
+    row("CudaAllocatorRetrying", NOT_YET, "retrying_since_recently",
+        lambda t: rank(t, cuda_retries=6), e(RANK0, 6)),
     # -- stalls --------------------------------------------------------------------------------------------------------
     row("TrainingStalled", FIRES, "hung_in_allreduce_9m_without_a_step",
         lambda t: rank(t, stall=(3, 10**6)) + process(t), e(RANK0, 9 * 60), eval_at=11),

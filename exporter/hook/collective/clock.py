@@ -59,6 +59,8 @@ class CollectiveClock:
         # Set when the session closes: DDP and FSDP keep the hook's communication hooks, and the model may
         # train on; its collectives then run untimed (no CUDA event recorded for a clock nobody reads).
         self.stopped = False
+        # The part of that time the training thread waited (ExposedWait), where the launches show it.
+        self.exposed: ExposedWait | None = None
 
     def record(self, start: float, end: float) -> None:
         log = self.log
@@ -116,6 +118,43 @@ class CollectiveClock:
         self._folding = threading.Lock()
         if self.gpu is not None:
             self.gpu.forked()
+
+
+class ExposedWait:
+    """The part of the collectives' time that compute did not hide: what the training thread waits for.
+
+    DDP launches a bucket's all-reduce as soon as backward has filled it, and launches the bucket that holds
+    the model's first layers last, once backward has computed their gradients: from that launch on, the rank
+    has nothing left to compute and waits (DDP's reducer waits for every bucket before backward returns).
+    So a backward's exposed time runs from its last launch (``launched(start, last=True)``) to the latest
+    completion after it (``completed``, for every bucket): on the host timeline of gloo, whose futures complete when the
+    collective has. The union of those intervals is folded as the collectives' own (a ``CollectiveClock``);
+    the in-flight time minus this is the time that overlapped compute, HTA's communication-computation
+    overlap (compute while communicating / communicating)."""
+
+    def __init__(self) -> None:
+        self.clock = CollectiveClock()
+        self._since: float | None = None  # the current backward's last launch; None before it
+
+    def launched(self, start: float, last: bool) -> None:
+        """A bucket launched at ``start``; ``last``: the backward's last (GradBucket.is_last()). A launch
+        that is not the last after a last one starts the next backward (DDP waited for all of the previous
+        one's before backward returned)."""
+        if last:
+            self._since = start
+        elif self._since is not None:
+            self._since = None
+
+    def completed(self, end: float) -> None:
+        since = self._since
+        if since is not None and end > since:
+            self.clock.record(since, end)
+
+    def seconds(self) -> float:
+        return self.clock.seconds()
+
+    def forked(self) -> None:
+        self.clock.forked()
 
 
 class Stopwatch(Protocol):

@@ -8,6 +8,9 @@ training forward) it registers a dispatching hook that times whichever hook is i
   before or after training started: the model's method is wrapped, so the user's hook is validated as DDP
   would and then becomes the one called (and timed) in our place, instead of DDP refusing a second hook.
 
+On gloo it also measures the part of that time the training thread waits, which backward did not hide
+(``clock.ExposedWait``: from the backward's last bucket launch to its last completion).
+
 Not timed: a hook registered before the hook saw the model (DDP's reducer holds it and offers no way to
 wrap it; logged once); a model on the compiled-autograd Python reducer.
 """
@@ -16,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from time import perf_counter
 from typing import Any
 
-from bottleneck_exporter.hook.collective.clock import Stopwatches, timing_failed
+from bottleneck_exporter.hook.collective.clock import ExposedWait, HostStopwatch, Stopwatches, timing_failed
 
 log = logging.getLogger("bottleneck_exporter.hook")
 
@@ -42,18 +46,37 @@ class DispatchingHook:
             return hook(state, bucket)
         try:
             token = watch.start()
+            exposed = self._exposed(watch)
+            if exposed is not None:
+                exposed.launched(token, bucket.is_last())
         except Exception:
             timing_failed()
             return hook(state, bucket)
 
         def completed(future: Any) -> Any:
             try:
-                watch.stop(token)
+                if exposed is None:
+                    watch.stop(token)
+                else:  # one end for both: the wait is part of the time in flight, never more
+                    end = perf_counter()
+                    self.watches.clock.record(token, end)
+                    exposed.completed(end)
             except Exception:
                 timing_failed()
             return future.value()
 
         return hook(state, bucket).then(completed)
+
+
+    def _exposed(self, watch: Any) -> ExposedWait | None:
+        """Where the training thread's wait is measured: on the host timeline only (gloo), where a future
+        completes when its collective has; NCCL's complete at launch."""
+        if not isinstance(watch, HostStopwatch):
+            return None
+        clock = self.watches.clock
+        if clock.exposed is None:
+            clock.exposed = ExposedWait()
+        return clock.exposed
 
 
 def _registered(dispatch: DispatchingHook) -> Any:

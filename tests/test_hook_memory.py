@@ -1,0 +1,122 @@
+"""Memory that grows and a CUDA allocator at its limit: the allocator's counts the hook reads from
+``torch.cuda.memory_stats()`` (fed a dict of the shape torch returns, as CUDA is not on the test machines),
+their way through the datagram to the exporter's counters, and a real CPU training job that keeps its losses
+with their autograd graphs, named MemoryGrowing by ``diagnose`` while a healthy job beside it is not."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bottleneck_exporter import diagnose
+from bottleneck_exporter.heuristics.parameters import PARAMETERS
+from bottleneck_exporter.hook.allocator import allocator_readings
+from bottleneck_exporter.push.receiver import PushReceiver
+from bottleneck_exporter.push.store import JobStore
+from bottleneck_exporter.wire.schema import Rejected, validate
+from tests.conftest import ROOT, wait_until
+from tests.datagrams import full_payload
+
+STATS = ROOT / "tests" / "fixtures" / "cuda-memory-stats"
+TRAINER = ROOT / "tests" / "hook_trainer.py"
+
+
+def test_allocator_retries_and_ooms_are_read_from_a_memory_stats_dict() -> None:
+    """A job at the edge of an 80 GB GPU: 17 GB reserved above what its tensors hold, 37 retries."""
+    stats = json.loads((STATS / "fragmented.json").read_text())
+    assert allocator_readings(stats) == {"allocator_retries": 37, "allocator_ooms": 0}
+
+
+def test_an_allocator_that_counts_nothing_yet_sends_nothing() -> None:
+    # torch.cuda.memory_stats() before CUDA is initialised, and counts of another shape, are left out.
+    assert allocator_readings({}) == {}
+    assert allocator_readings({"num_alloc_retries": 2.5, "num_ooms": True}) == {}
+
+
+def test_allocator_counts_become_counters_of_the_rank() -> None:
+    payload = full_payload("fragmented", 0)
+    payload["gpu"].update(allocator_readings(json.loads((STATS / "fragmented.json").read_text())))
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    assert receiver.handle(json.dumps(payload).encode())
+    samples = {(s.name, s.labels.get("training_job")): s.value for family in receiver.collect()
+               for s in family.samples}
+    assert samples[("bottleneck_train_cuda_allocator_retries_total", "fragmented")] == 37
+    assert samples[("bottleneck_train_cuda_allocator_ooms_total", "fragmented")] == 0
+
+
+@pytest.mark.parametrize("count", [-1, 2.5, "3"])
+def test_a_bad_allocator_count_is_refused_naming_the_key(count: object) -> None:
+    payload = full_payload("fragmented", 0)
+    payload["gpu"]["allocator_retries"] = count
+    with pytest.raises(Rejected, match=r"gpu\.allocator_retries"):
+        validate(json.dumps(payload).encode())
+
+
+
+
+@pytest.mark.torch
+@pytest.mark.live
+def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_healthy_one_is_not(
+        tmp_path: Path) -> None:
+    """Two CPU jobs side by side, the same model and data: one keeps every step's loss tensor with its graph
+    (``losses.append(loss)``), the other not. Diagnosed over 45 s from /proc (the training collector finds both
+    through the push receiver), after both have warmed up (20 steps)."""
+    sock = tmp_path / "push.sock"
+    jobs = {"leaking": ["--keep-losses"], "healthy": []}
+    trainers = {job: subprocess.Popen(
+        [sys.executable, str(TRAINER), "--dataset", "fast", "--stop-file", str(tmp_path / f"{job}.stop"), *extra],
+        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": job,
+             "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, extra in jobs.items()}
+    diag = None
+    try:
+        wait_for_steps(sock, trainers, steps=20, timeout=240)
+        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "45",
+                                 "--interval", "2", "--json", f"--push.socket={sock}", "--collector.disable-defaults",
+                                 "--collector.training", "--collector.memory"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = diag.communicate(timeout=240)
+    finally:
+        for job, process in trainers.items():
+            (tmp_path / f"{job}.stop").touch()
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if diag is not None and diag.poll() is None:
+            diag.kill()
+    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
+    report = json.loads(out)
+    growing = {v["labels"].get("training_job"): v["value"] for v in report["verdicts"]
+               if v["alert"] == "BottleneckMemoryGrowing"}
+    assert set(growing) == {"leaking"}, (report["verdicts"], report["missing"])
+    # The rate is the evidence: above the share of the node's memory an hour the verdict names.
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert growing["leaking"] > float(PARAMETERS["memory_growth_ratio_per_hour"].default) * total / 3600, growing
+
+
+def wait_for_steps(sock: Path, trainers: dict[str, subprocess.Popen[str]], steps: int, timeout: float) -> None:
+    """Listen on the push socket until every job reported ``steps`` steps, then leave it to ``diagnose``."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock))
+    listener.settimeout(1.0)
+    seen: dict[str, int] = {}
+
+    def every_job_stepped() -> bool:
+        assert all(p.poll() is None for p in trainers.values()), "a trainer exited during start-up"
+        snapshot = validate(listener.recv(65536))
+        seen[snapshot.job] = snapshot.steps
+        return set(seen) == set(trainers) and min(seen.values()) >= steps
+
+    try:
+        wait_until(every_job_stepped, timeout, f"every job to report {steps} steps", interval=0,
+                   ignoring=(TimeoutError,))
+    finally:
+        listener.close()
+        sock.unlink()
