@@ -41,7 +41,7 @@ def require_tool(name: str) -> str:
     path = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin:/usr/local/bin")
     if path is None:
         pytest.fail(f"{name} is not installed; .ci/run installs it (apt-get install prometheus "
-                    "prometheus-alertmanager prometheus-node-exporter)")
+                    "prometheus-alertmanager prometheus-node-exporter victoria-metrics)")
     return path
 
 

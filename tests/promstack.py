@@ -35,7 +35,6 @@ class Target:
     labels: tuple[tuple[str, str], ...] = ()  # more target labels: the cluster a fleet's agent adds
 
 
-
 class Process:
     """A long-running tool whose output goes to a log file in the test's directory."""
 
@@ -82,6 +81,18 @@ def start_node_exporter(workdir: Path, *flags: str) -> Process:
     return exporter
 
 
+def scrape_jobs(targets: list[Target], peers: dict[str, list[Target]] | None = None,
+                   more: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Our exporters' scrape job, then ``peers``' (job name → targets) and ``more`` as they are: every target named
+    by its ``instance`` through relabelling, scraped with ``honor_labels: false``."""
+    return [{
+        "job_name": job,
+        "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
+                           for t in job_targets],
+        "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
+    } for job, job_targets in {EXPORTER_JOB: targets, **(peers or {})}.items()] + list(more or [])
+
+
 class Prometheus(Process):
     def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
                  alertmanager_url: str | None = None, interval: str = "1s",
@@ -96,17 +107,7 @@ class Prometheus(Process):
         config: dict[str, Any] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
             "rule_files": [str(path) for path in rule_files],
-            "scrape_configs": [{
-                "job_name": EXPORTER_JOB,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
-                                   for t in targets],
-                "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
-            }] + [{
-                "job_name": job,
-                "static_configs": [{"targets": [t.address], "labels": {"__node": t.node, **dict(t.labels)}}
-                                   for t in peer_targets],
-                "relabel_configs": [{"source_labels": ["__node"], "target_label": "instance"}],
-            } for job, peer_targets in (peers or {}).items()] + list(scrape_configs or []),
+            "scrape_configs": scrape_jobs(targets, peers, scrape_configs),
         }
         if alertmanager_url:
             config["alerting"] = {"alertmanagers": [{"static_configs": [
@@ -154,6 +155,77 @@ class Alertmanager(Process):
                     # Single instance: no gossip port to bind, nothing to wait for.
                     "--cluster.listen-address=", "--log.level=warn"])
         self.wait_ready("/-/ready")
+        return self
+
+
+class PrometheusAgent(Process):
+    """Prometheus in agent mode: scrapes as ``Prometheus`` does, stores nothing it could query, evaluates no rules,
+    and remote-writes every sample to ``remote_write_url`` (a fleet's node-side scraper)."""
+
+    def __init__(self, workdir: Path, targets: list[Target], remote_write_url: str, interval: str = "1s") -> None:
+        super().__init__("prometheus-agent", workdir)
+        self.workdir = workdir
+        self.config = workdir / "prometheus-agent.yml"
+        self.config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": interval, "scrape_timeout": interval},
+            "scrape_configs": scrape_jobs(targets),
+            # Sent within a second (default 5 s): the test's rate windows are 20 s.
+            "remote_write": [{"url": remote_write_url, "queue_config": {"batch_send_deadline": "1s"}}],
+        }, sort_keys=False))
+
+    def start(self) -> PrometheusAgent:
+        self.spawn([require_tool("prometheus"), "--enable-feature=agent", f"--config.file={self.config}",
+                    f"--storage.agent.path={self.workdir / 'agent-wal'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"])
+        self.wait_ready("/-/ready")
+        return self
+
+
+class VictoriaMetrics(Process):
+    """Single-node VictoriaMetrics (Debian's victoria-metrics): takes Prometheus remote write on /api/v1/write and
+    answers the Prometheus query API in MetricsQL."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__("victoria-metrics", workdir)
+        self.workdir = workdir
+        self.write_url = f"{self.url}/api/v1/write"
+
+    def start(self) -> VictoriaMetrics:
+        self.spawn([require_tool("victoria-metrics"), f"--storageDataPath={self.workdir / 'vm-data'}",
+                    f"--httpListenAddr=127.0.0.1:{self.port}", "--loggerLevel=WARN",
+                    # Samples are queryable a second after they arrive (default 30 s: a fleet's ingestion lag).
+                    "--search.latencyOffset=1s"])
+        self.wait_ready("/health")
+        return self
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        response = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30)
+        body = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"query failed: {body.get('errorType')}: {body.get('error')}\n{expr}")
+        return list(body["data"]["result"])
+
+
+class VmAlert(Process):
+    """vmalert evaluating ``rule_files`` against VictoriaMetrics: its records written back there, its alerts sent
+    to the Alertmanager at ``alertmanager_url``."""
+
+    def __init__(self, workdir: Path, rule_files: list[Path], victoria_metrics: VictoriaMetrics,
+                 alertmanager_url: str, interval: str = "1s") -> None:
+        super().__init__("vmalert", workdir)
+        self.argv = [
+            require_tool("vmalert"), *(f"--rule={path}" for path in rule_files),
+            f"--datasource.url={victoria_metrics.url}", f"--remoteWrite.url={victoria_metrics.url}",
+            f"--notifier.url={alertmanager_url}", f"--evaluationInterval={interval}",
+            f"--httpListenAddr=127.0.0.1:{self.port}", "--loggerLevel=WARN",
+            # Records reach VictoriaMetrics within a second (default 5 s): rules chain records on records.
+            "--remoteWrite.flushInterval=1s",
+            # vmalert adds the group's name as a label to every alert unless told not to (docs/rules.md).
+            "--disableAlertgroupLabel"]
+
+    def start(self) -> VmAlert:
+        self.spawn(self.argv)
+        self.wait_ready("/health")
         return self
 
 

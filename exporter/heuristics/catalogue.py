@@ -74,8 +74,23 @@ READING_ORDER = (
     "GpuLost", "GpuUncorrectableErrors", "GpuXidFatal", "GpuXidApplication",  # hardware faults
     "ExporterDown", "ExporterAbsent", "CollectorFailing",  # the monitoring itself
 )
-# Joins a record's parts (Record.parts): each instance keeps the first part that holds for it.
-NODE_CAUSE_JOIN = "\nor on (instance)\n"
+
+
+def first_holding(parts: list[str], label: str = "cause") -> str:
+    """A record's parts (Record.parts, each naming itself in ``label``) joined so that each instance keeps the
+    first part that holds for it: ``p1 or on (instance, label) ((p2 or ...) unless on (instance) p1)``.
+
+    Not ``p1 or on (instance) p2``, though Prometheus answers the same: MetricsQL (vmalert) keeps a series that
+    a comparison filtered out as NaN until the query's end, and its ``or`` fills a left-hand NaN with the
+    matching right-hand value, so that ``p1`` would name the cause wherever a later part held
+    (docs/rules.md, tests/test_e2e_victoriametrics.py). Matching on the label too, no part ever fills another;
+    ``unless`` gives the order."""
+    joined = parts[-1]
+    for part in reversed(parts[:-1]):
+        rest = joined.replace("\n", "\n  ")
+        own = part.replace("\n", "\n  ")
+        joined = f"{part}\nor on (instance, {label})\n(\n  {rest}\n  unless on (instance)\n  {own}\n)"
+    return joined
 
 
 def _in_reading_order(heuristics: list[Heuristic]) -> tuple[Heuristic, ...]:
@@ -284,7 +299,7 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]
             if 0 < len(parts) < len(record.parts):
                 reduced[key] = set().union(*(lacks(p) for p in record.parts))
             if parts:
-                chosen[key] = NODE_CAUSE_JOIN.join(parts)
+                chosen[key] = first_holding(parts)
             else:
                 missing[key] = set().union(*(lacks(p) for p in record.parts))
             continue
