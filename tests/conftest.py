@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,6 +52,17 @@ def free_port() -> int:
 
 
 T = TypeVar("T")
+
+
+def stop_all(processes: Iterable[subprocess.Popen[Any] | None], timeout: float = 120) -> None:
+    """Wait for each process (told to stop, by a stop file say) to end, and kill the ones that do not."""
+    for process in processes:
+        if process is None:
+            continue
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2,
@@ -157,11 +168,7 @@ def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     yield start
     stop.touch()
-    for proc in started:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_all(started, timeout=60)
 
 
 @pytest.fixture

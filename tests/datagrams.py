@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +26,31 @@ def received(sock: socket.socket) -> list[Snapshot]:
             return out
 
 
-def stepped(socket_path: Path, processes: list[subprocess.Popen[str]], jobs: set[str], steps: int,
-            timeout: float) -> dict[str, Snapshot]:
-    """Listen on ``socket_path`` (bound here, removed after, for an exporter to bind next) until every job of
-    ``jobs`` reported ``steps`` steps: their start-up, slow on a loaded machine, is then behind them. The last
-    datagram of each job."""
+def stepped(socket_path: Path, processes: Iterable[subprocess.Popen[str]], ranks: Collection[tuple[str, int]],
+            steps: int, timeout: float, check: Callable[[Snapshot], None] | None = None,
+            ) -> dict[tuple[str, int], Snapshot]:
+    """Listen on ``socket_path`` (bound here, removed after, for an exporter or diagnose to bind next) until
+    every (job, rank) of ``ranks`` reported ``steps`` steps: their start-up, slow on a loaded machine, is then
+    behind them. ``check`` sees every datagram on the way. The last datagram of each rank."""
+    processes = list(processes)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(socket_path))
     sock.settimeout(1.0)
-    last: dict[str, Snapshot] = {}
+    last: dict[tuple[str, int], Snapshot] = {}
 
-    def every_job_stepped() -> bool:
+    def every_rank_stepped() -> bool:
         assert all(p.poll() is None for p in processes), "a trainer exited during start-up"
         snapshot = validate(sock.recv(65536))
-        last[snapshot.job] = snapshot
-        return set(last) >= jobs and min(last[job].steps for job in jobs) >= steps
+        if check is not None:
+            check(snapshot)
+        last[snapshot.job, snapshot.rank] = snapshot
+        return all(key in last and last[key].steps >= steps for key in ranks)
 
     try:
-        wait_until(every_job_stepped, timeout, f"every job to report {steps} steps", interval=0,
+        wait_until(every_rank_stepped, timeout, f"every rank to report {steps} steps", interval=0,
                    ignoring=(TimeoutError,))
     except AssertionError as err:
-        raise AssertionError(f"{err}; the jobs' steps: {({j: s.steps for j, s in last.items()})}") from None
+        raise AssertionError(f"{err}; the ranks' steps: {({k: s.steps for k, s in last.items()})}") from None
     finally:
         sock.close()
         socket_path.unlink()

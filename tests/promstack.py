@@ -93,6 +93,17 @@ def scrape_jobs(targets: list[Target], peers: dict[str, list[Target]] | None = N
     } for job, job_targets in {EXPORTER_JOB: targets, **(peers or {})}.items()] + list(more or [])
 
 
+def instant_query(url: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query of the Prometheus HTTP API at ``url`` (Prometheus, VictoriaMetrics): its result as a list
+    (a scalar's as one element)."""
+    response = requests.get(f"{url}/api/v1/query", params={"query": expr}, timeout=30)
+    body = response.json()
+    if body.get("status") != "success":
+        raise AssertionError(f"query failed: {body.get('errorType')}: {body.get('error')}\n{expr}")
+    result = body["data"]["result"]
+    return result if isinstance(result, list) else [result]
+
+
 class Prometheus(Process):
     def __init__(self, workdir: Path, targets: list[Target], rule_files: list[Path], *,
                  alertmanager_url: str | None = None, interval: str = "1s",
@@ -124,12 +135,7 @@ class Prometheus(Process):
         return self
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        response = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30)
-        body = response.json()
-        if body.get("status") != "success":
-            raise AssertionError(f"query failed: {body.get('errorType')}: {body.get('error')}\n{expr}")
-        result = body["data"]["result"]
-        return result if isinstance(result, list) else [result]
+        return instant_query(self.url, expr)
 
     def label_values(self, label: str, match: str) -> list[str]:
         response = requests.get(f"{self.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=30)
@@ -199,11 +205,7 @@ class VictoriaMetrics(Process):
         return self
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        response = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30)
-        body = response.json()
-        if body.get("status") != "success":
-            raise AssertionError(f"query failed: {body.get('errorType')}: {body.get('error')}\n{expr}")
-        return list(body["data"]["result"])
+        return instant_query(self.url, expr)
 
 
 class VmAlert(Process):

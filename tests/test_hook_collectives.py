@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,9 @@ import pytest
 
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
-from bottleneck_exporter.wire.schema import validate
-from tests.conftest import ROOT, free_port, wait_until
+from bottleneck_exporter.wire.schema import Snapshot
+from tests.conftest import ROOT, free_port, stop_all
+from tests.datagrams import stepped
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]
 
@@ -40,30 +40,9 @@ def start_ranks(socket_path: Path, stop: Path, mode: str, *options: str) -> list
              "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)}) for rank in range(RANKS)]
 
 
-def wait_for_steps(socket_path: Path, ranks: list[subprocess.Popen[str]], steps: int, timeout: float) -> None:
-    """Listen on the push socket until every rank reported ``steps`` steps (the job's start-up, slow on a
-    loaded machine, is then behind it), and hand the socket path back."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(socket_path))
-    sock.settimeout(1.0)
-    seen: dict[int, int] = {}
-
-    def every_rank_stepped() -> bool:
-        assert all(p.poll() is None for p in ranks), "a rank exited during start-up"
-        snapshot = validate(sock.recv(65536))
-        seen[snapshot.rank] = snapshot.steps
-        # From the first step on (the comm hook is registered at the first forward).
-        assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the collectives"
-        return len(seen) == RANKS and min(seen.values()) >= steps
-
-    try:
-        wait_until(every_rank_stepped, timeout, f"every rank to report {steps} steps", interval=0,
-                   ignoring=(TimeoutError,))
-    except AssertionError as err:
-        raise AssertionError(f"{err}; the ranks' steps: {seen}") from None
-    finally:
-        sock.close()
-        socket_path.unlink()
+def timed_collectives(snapshot: Snapshot) -> None:
+    # From the first step on (the comm hook is registered at the first forward).
+    assert not snapshot.steps or snapshot.collective_seconds, "the hook did not time the collectives"
 
 
 def diagnose_job(tmp_path: Path, mode: str, *options: str) -> tuple[dict[str, Any], str]:
@@ -74,7 +53,8 @@ def diagnose_job(tmp_path: Path, mode: str, *options: str) -> tuple[dict[str, An
     ranks = start_ranks(socket_path, stop, mode, *options)
     diag = None
     try:
-        wait_for_steps(socket_path, ranks, steps=3, timeout=240)
+        stepped(socket_path, ranks, [(JOB, rank) for rank in range(RANKS)], steps=3, timeout=240,
+                check=timed_collectives)
         diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "20",
                                  "--interval", "1", "--json", f"--push.socket={socket_path}",
                                  "--collector.disable-defaults"],
@@ -82,11 +62,7 @@ def diagnose_job(tmp_path: Path, mode: str, *options: str) -> tuple[dict[str, An
         out, err = diag.communicate(timeout=180)
     finally:
         stop.touch()
-        for process in ranks:
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(ranks)
         if diag is not None and diag.poll() is None:
             diag.kill()
     logs = "\n".join((p.stdout.read() if p.stdout else "")[-2000:] for p in ranks)

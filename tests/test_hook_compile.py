@@ -14,6 +14,7 @@ import pytest
 from bottleneck_exporter import diagnose
 from bottleneck_exporter.hook.compiles import CompileClock, recompiles
 from bottleneck_exporter.verdicts import evaluation
+from tests.conftest import stop_all
 from tests.datagrams import stepped
 
 pytestmark = pytest.mark.torch
@@ -69,7 +70,7 @@ def test_a_job_that_keeps_recompiling_gets_the_verdict_and_a_steady_one_does_not
                 env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{socket_path}", "BOTTLENECK_JOB": shapes,
                      "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)},
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        stepped(socket_path, list(jobs.values()), set(jobs), steps=8, timeout=240)
+        stepped(socket_path, jobs.values(), [(job, 0) for job in jobs], steps=8, timeout=240)
         diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "20",
                                  "--interval", "1", "--json", f"--push.socket={socket_path}",
                                  "--collector.disable-defaults"],
@@ -77,11 +78,7 @@ def test_a_job_that_keeps_recompiling_gets_the_verdict_and_a_steady_one_does_not
         out, err = diag.communicate(timeout=180)
     finally:
         stop.touch()
-        for job in jobs.values():
-            try:
-                job.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                job.kill()
+        stop_all(jobs.values())
         if diag is not None and diag.poll() is None:
             diag.kill()
     assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err

@@ -130,8 +130,8 @@ def test_each_kind_of_lost_time_gets_its_verdict_and_a_healthy_run_none(
     # A datagram every 0.25 s: each 1 s sample sees steps the one before did not.
     monkeypatch.setenv("BOTTLENECK_PUSH_INTERVAL", "0.25")
     running = {job: trainers(job, "fast", socket_path, *flags) for job, (flags, _) in JOBS.items()}
-    last = stepped(socket_path, list(running.values()), set(JOBS), steps=20, timeout=600)
-    startups = {job: snapshot.startup_seconds or 0.0 for job, snapshot in last.items()}
+    last = stepped(socket_path, running.values(), [(job, 0) for job in JOBS], steps=20, timeout=600)
+    startups = {job: snapshot.startup_seconds or 0.0 for (job, _), snapshot in last.items()}
     late, others = startups.pop("lost-start"), max(startups.values())
     assert late > START_AFTER and late > others, (late, startups)
     threshold = (late + others) / 2

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,8 @@ from bottleneck_exporter.hook.allocator import allocator_readings
 from bottleneck_exporter.push.receiver import PushReceiver
 from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.wire.schema import Rejected, validate
-from tests.conftest import ROOT, wait_until
-from tests.datagrams import full_payload
+from tests.conftest import ROOT, stop_all
+from tests.datagrams import full_payload, stepped
 
 STATS = ROOT / "tests" / "fixtures" / "cuda-memory-stats"
 TRAINER = ROOT / "tests" / "hook_trainer.py"
@@ -76,19 +75,16 @@ def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_heal
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, extra in jobs.items()}
     diag = None
     try:
-        wait_for_steps(sock, trainers, steps=20, timeout=240)
+        stepped(sock, trainers.values(), [(job, 0) for job in trainers], steps=20, timeout=240)
         diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "45",
                                  "--interval", "2", "--json", f"--push.socket={sock}", "--collector.disable-defaults",
                                  "--collector.training", "--collector.memory"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = diag.communicate(timeout=240)
     finally:
-        for job, process in trainers.items():
+        for job in trainers:
             (tmp_path / f"{job}.stop").touch()
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(trainers.values())
         if diag is not None and diag.poll() is None:
             diag.kill()
     assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
@@ -99,24 +95,3 @@ def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_heal
     # The rate is the evidence: above the share of the node's memory an hour the verdict names.
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert growing["leaking"] > float(PARAMETERS["memory_growth_ratio_per_hour"].default) * total / 3600, growing
-
-
-def wait_for_steps(sock: Path, trainers: dict[str, subprocess.Popen[str]], steps: int, timeout: float) -> None:
-    """Listen on the push socket until every job reported ``steps`` steps, then leave it to ``diagnose``."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(sock))
-    listener.settimeout(1.0)
-    seen: dict[str, int] = {}
-
-    def every_job_stepped() -> bool:
-        assert all(p.poll() is None for p in trainers.values()), "a trainer exited during start-up"
-        snapshot = validate(listener.recv(65536))
-        seen[snapshot.job] = snapshot.steps
-        return set(seen) == set(trainers) and min(seen.values()) >= steps
-
-    try:
-        wait_until(every_job_stepped, timeout, f"every job to report {steps} steps", interval=0,
-                   ignoring=(TimeoutError,))
-    finally:
-        listener.close()
-        sock.unlink()
