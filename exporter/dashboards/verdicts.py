@@ -38,6 +38,9 @@ GROUP_TITLES = {
 }
 
 
+ROW_VERDICTS = 4  # verdict panels in one row of the dashboard
+
+
 def matchers(verdict: Verdict) -> str:
     found = [CLUSTER, 'instance=~"$instance"']
     if JOB_LABEL in verdict.heuristic.scope:
@@ -105,9 +108,13 @@ def build(regenerate: str, bundle: str = DEFAULT_BUNDLE) -> dict[str, Any]:
     panels: list[Panel] = [row("Timeline"), timeline]
     for group in GROUPS:
         members = [v for v in verdict_catalogue.verdicts(bundle) if v.heuristic.group == group]
-        if members:
-            panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}"))
-            panels.extend(verdict_panel(v) for v in members)
+        # A row of a few verdicts each: the first opens with the dashboard, the rest stay collapsed until asked
+        # for (the training area alone has some twenty verdicts, 80 grid units of panels).
+        chunks = [members[i:i + ROW_VERDICTS] for i in range(0, len(members), ROW_VERDICTS)]
+        for index, chunk in enumerate(chunks, start=1):
+            part = f" ({index} of {len(chunks)})" if len(chunks) > 1 else ""
+            panels.append(row(f"Evidence: {GROUP_TITLES.get(group, group)}{part}"))
+            panels.extend(verdict_panel(v) for v in chunk)
     variables = [
         cluster_variable(),
         node_variable(bundle),
