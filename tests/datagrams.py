@@ -90,13 +90,16 @@ def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dic
 
 
 def full_payload(job: str, rank: int) -> dict[str, Any]:
-    """A datagram with every optional part (GPU, DataLoader, host batches, torch.compile): the most series one
-    rank can add."""
+    """A datagram with every optional part (GPU and its allocator, DataLoader, host batches, the collectives'
+    exposed wait, torch.compile): the most series one rank can add."""
     payload = hook_payload(job=job)
     payload["rank"] = rank
     payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
                       "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
                       "memory_peak_bytes": 1.5e9}
     payload["host_batches"] = {"pinned": 0, "pageable": 12}
+    payload["gpu"].update(allocator_retries=3, allocator_ooms=0)  # torch.cuda.memory_stats()
+    payload["phase_seconds"]["collective"] = 0.2
+    payload["collective_exposed_seconds"] = 0.1  # a gloo DDP rank's
     payload["compile"] = {"compiles": 3, "recompiles": 2, "seconds": 4.5}  # sent once dynamo is loaded
     return payload

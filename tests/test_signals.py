@@ -28,7 +28,9 @@ MINUTES = 20
 
 
 def panel_queries(dashboard: dict[str, Any], title: str) -> list[str]:
-    panel = next(p for p in dashboard["panels"] if p.get("title") == title)
+    """The queries of the panel titled ``title``, at the top or in a collapsed row."""
+    panels = [*dashboard["panels"], *(p for row in dashboard["panels"] for p in row.get("panels", []))]
+    panel = next(p for p in panels if p.get("title") == title)
     return [target["expr"] for target in panel["targets"]]
 
 

@@ -124,11 +124,11 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_within_limit:max",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+        "min without (cores) (",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
+        "  or",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
+        ")",
       ]),
     },
     {
@@ -328,11 +328,11 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_within_limit:max",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+        "min without (cores) (",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
+        "  or",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
+        ")",
       ]),
     },
     {
@@ -532,11 +532,11 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_within_limit:max",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+        "min without (cores) (",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
+        "  or",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
+        ")",
       ]),
     },
     {
@@ -736,11 +736,11 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + " <= job_rank:bottleneck_train_loader_cores_within_limit:max)",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_within_limit:max",
-        "or",
-        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
+        "min without (cores) (",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
+        "  or",
+        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
+        ")",
       ]),
     },
     {

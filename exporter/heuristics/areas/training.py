@@ -102,7 +102,10 @@ RECORDS: tuple[Record, ...] = (
            "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
            "(<<rank_cpu_limit>> - 1)", "training"),
     Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
-           "(<<loader_cores_idle>> <= <<loader_cores_limit>>)\nor\n<<loader_cores_limit>>\nor\n<<loader_cores_idle>>",
+           # The lower of the two where both exist, else the one there is. Not (a <= b) or b or a: MetricsQL
+           # (vmalert) fills a series the comparison dropped with the right-hand value (docs/rules.md).
+           'min without (cores) (\n  label_replace(<<loader_cores_idle>>, "cores", "idle", "", "")\n  or\n'
+           '  label_replace(<<loader_cores_limit>>, "cores", "limit", "", "")\n)',
            "training"),
     # What the training thread loses besides its phases, as shares of its stepping time: Python's collector
     # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
