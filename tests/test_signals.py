@@ -94,7 +94,7 @@ def test_one_change_to_a_dashboard_signal_moves_its_panel_in_every_bundle(monkey
 def test_dashboards_draw_the_bundles_signal_with_rate_interval_and_their_own_matchers() -> None:
     drawn = panel_queries(node.build("make generate"), "Busy per core")
     assert signal("cpu_busy", node.N) in drawn
-    assert "[$__rate_interval]" in drawn[1] and 'bottleneck_cpu_seconds_total{instance=~"$instance", mode' in drawn[1]
+    assert "[$__rate_interval]" in drawn[1] and f"bottleneck_cpu_seconds_total{{{node.N}, mode" in drawn[1]
     assert "node_cpu_seconds_total" in signal("cpu_busy", node.N, "node-exporter")
     with pytest.raises(CatalogueError, match="bundle node-exporter-dcgm-only has no signal 'pcie'"):
         signal("pcie", node.N, "node-exporter-dcgm-only")
