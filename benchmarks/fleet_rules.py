@@ -377,11 +377,28 @@ def fetch_text(url: str, wait: float = 0.0) -> str:
             time.sleep(0.5)
 
 
-def query(base: str, expr: str) -> list[dict[str, Any]]:
-    body = json.loads(fetch_text(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+def _query(base: str, params: dict[str, str]) -> dict[str, Any]:
+    body = json.loads(fetch_text(f"{base}/api/v1/query?" + urllib.parse.urlencode(params)))
     if body.get("status") != "success":
-        raise RuntimeError(f"query failed: {body.get('error')}: {expr}")
-    return list(body["data"]["result"])
+        raise RuntimeError(f"query failed: {body.get('error')}: {params['query']}")
+    return dict(body["data"])
+
+
+def query(base: str, expr: str) -> list[dict[str, Any]]:
+    return list(_query(base, {"query": expr})["result"])
+
+
+def samples_read(base: str, groups: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Rule group → rule → the samples its expression reads (``totalQueryableSamples``), queried again at the
+    group's last evaluation. Unlike its duration, this does not depend on how loaded the machine is."""
+    out: dict[str, dict[str, int]] = {}
+    for group in groups:
+        for rule in group["rules"]:
+            data = _query(base, {"query": rule["query"], "time": group["lastEvaluation"], "stats": "all"})
+            read = out.setdefault(group["name"], {})
+            # An alert's severity tiers share its name: their samples add up.
+            read[rule["name"]] = read.get(rule["name"], 0) + int(data["stats"]["samples"]["totalQueryableSamples"])
+    return out
 
 
 def peer_rules() -> dict[str, Any]:
@@ -468,6 +485,13 @@ def rules_of(paths: list[Path]) -> list[dict[str, Any]]:
     return [rule for path in paths for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
 
 
+def longest_interval(paths: list[Path], default: str) -> str:
+    """The longest ``interval`` of the groups in ``paths`` (``default``, the global one, for a group without):
+    the data must last until the slowest group has been evaluated as often as measured."""
+    intervals = [group.get("interval", default) for path in paths for group in yaml.safe_load(path.read_text())["groups"]]
+    return max(intervals or [default], key=seconds)
+
+
 def read_names(paths: list[Path]) -> set[str]:
     """Every name a rule of ``paths`` mentions (a superset of the series they read)."""
     return {token for rule in rules_of(paths) for token in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", rule["expr"])}
@@ -482,7 +506,8 @@ class Measured:
     recorded: int
     alerts: int
     fill: float  # the least share of a measured evaluation's rate window that the data covered
-    costliest: list[tuple[float, str]]  # (seconds of its last evaluation, rule) of the five slowest rules
+    costliest: list[tuple[float, str]]  # (seconds of its last evaluation, rule) of the ten slowest rules
+    samples: dict[str, dict[str, int]]  # rule group → rule → samples its last evaluation read
 
 
 def _own_metrics(base: str) -> tuple[dict[str, dict[str, float]], float]:
@@ -547,11 +572,12 @@ def measure(name: str, paths: list[Path], block: Path, workdir: Path, evaluation
         recorded = sum(int(s["value"][1]) for s in query(base, f'count by (__name__) ({{__name__=~"{pattern}"}})'))
         alerts = sum(int(s["value"][1]) for s in query(base, "count(ALERTS)"))
         rules = json.loads(fetch_text(f"{base}/api/v1/rules"))["data"]["groups"]
-        costliest = sorted(((r["evaluationTime"], r["name"]) for g in rules for r in g["rules"]), reverse=True)[:5]
+        costliest = sorted(((r["evaluationTime"], r["name"]) for g in rules for r in g["rules"]), reverse=True)[:10]
         shortest = min(m["prometheus_rule_group_interval_seconds"] for m in groups.values())
         assert cpu_from is not None
         cpu_rate = (cpu - cpu_from[1]) / (time.monotonic() - cpu_from[0])
-        return Measured(durations, shortest, cpu_rate * shortest, recorded, alerts, fill, costliest)
+        return Measured(durations, shortest, cpu_rate * shortest, recorded, alerts, fill, costliest,
+                        samples_read(base, rules))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -655,7 +681,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         families, counted, per_node = collect(templates, fleet, name, read_names(paths) | {"up"})
         print(f"# series per node, {name}: " + " ".join(f"{k}={v}" for k, v in sorted(per_node.items()))
               + f" total={sum(per_node.values())}", file=sys.stderr)
-        evaluation = PEER_INTERVAL if name == PEER else interval
+        evaluation = longest_interval(paths, PEER_INTERVAL if name == PEER else interval)
         # The data covers a rate window before the first evaluation and lasts to the last one: it starts
         # and ends by when Prometheus will be ready, after writing and backfilling (``cost`` per sample).
         measured = (args.evaluations + 1) * seconds(evaluation)
@@ -677,8 +703,13 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         shutil.rmtree(block)
         medians = {g: statistics.median(d) for g, d in got.durations.items()}
         for group, median in sorted(medians.items()):
-            print(f"# {name} group {group.split(';', 1)[-1]}: median {median:.4f} s of "
-                  f"{' '.join(f'{d:.4f}' for d in got.durations[group])}", file=sys.stderr)
+            short = group.split(";", 1)[-1]
+            print(f"# {name} group {short}: median {median:.4f} s of "
+                  f"{' '.join(f'{d:.4f}' for d in got.durations[group])}; "
+                  f"{sum(got.samples.get(short, {}).values())} samples read", file=sys.stderr)
+        most = sorted(((n, rule) for rules in got.samples.values() for rule, n in rules.items()), reverse=True)
+        print(f"# {name}: {sum(n for n, _ in most)} samples read per evaluation of every group; the most: "
+              + ", ".join(f"{rule} {n}" for n, rule in most[:10]), file=sys.stderr)
         print(f"# {name}: {got.alerts} ALERTS series; Prometheus used {got.cpu_per_interval:.3f} CPU seconds per "
               f"{got.interval:g} s interval while measured; the rate windows were at least {got.fill:.0%} "
               "covered by data", file=sys.stderr)

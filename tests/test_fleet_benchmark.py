@@ -53,5 +53,9 @@ def test_the_fleet_benchmark_prints_a_line_per_bundle_and_the_peer(tmp_path: Pat
     for name, match in got.items():
         assert int(match["series"]) == NODES * int(per_node[name]), (name, per_node)
         assert int(match["recorded"]) > 0
+        # The load-independent cost: the samples its rules read, each rule queried again with stats=all.
+        read = re.search(rf"^# {name}: (\d+) samples read per evaluation of every group; the most: (\S+) (\d+)",
+                         result.stderr, re.MULTILINE)
+        assert read is not None and int(read[1]) >= int(read[3]) > 0, result.stderr
     assert float(got[BUNDLE]["interval"]) == shortest_interval(BUNDLE)
     assert float(got["node-mixin"]["interval"]) == 30  # kube-prometheus-stack's evaluation interval
