@@ -422,6 +422,9 @@ class CpuStat:
 
     ticks: dict[str, list[int]]  # online CPU number -> ticks per CPU_MODES column it has (4 to 8)
     counters: dict[str, int]  # ctxt, procs_running, procs_blocked, where present
+    # The kernel's own sum over every CPU (the ``cpu`` line), where the file has it: it counts the time of
+    # CPUs taken offline too, so unlike a sum of the cpuN lines it does not drop when one goes away.
+    total: list[int] | None = None
 
 
 def read_cpu_stat(procfs: str) -> CpuStat | None:
@@ -432,22 +435,26 @@ def read_cpu_stat(procfs: str) -> CpuStat | None:
         return None
     ticks: dict[str, list[int]] = {}
     counters: dict[str, int] = {}
+    total: list[int] | None = None
     for line in text.splitlines():
         fields = line.split()
         if not fields:
             continue
         key = fields[0]
-        if key.startswith("cpu") and _is_count(key[3:]):
+        if key.startswith("cpu") and (key == "cpu" or _is_count(key[3:])):
             columns = fields[1:1 + len(CPU_MODES)]
             if len(columns) < _CPU_MIN_COLUMNS:
                 raise ProcParseError(path, f"{key} has {len(columns)} columns, expected at least "
                                            f"{_CPU_MIN_COLUMNS}")
-            ticks[key[3:]] = _counts(columns, path, key)
+            if key == "cpu":
+                total = _counts(columns, path, key)
+            else:
+                ticks[key[3:]] = _counts(columns, path, key)
         elif key in ("ctxt", "procs_running", "procs_blocked"):
             counters[key] = _count(fields[1] if len(fields) > 1 else "", path, key)
     if not ticks:
         raise ProcParseError(path, "no cpuN line")
-    return CpuStat(ticks, counters)
+    return CpuStat(ticks, counters, total)
 
 
 def read_loadavg(procfs: str) -> tuple[float, float, float] | None:

@@ -175,7 +175,7 @@ def test_every_bundle_records_a_signal_under_the_same_name_whatever_its_source()
         for record in resolve(bundle=bundle).records:
             assert ours[record.key] == record.record
     dcgm = {r.key: r.expr for r in resolve(bundle="node-exporter-dcgm").records}
-    assert "DCGM_FI_DEV_GPU_UTIL" in dcgm["gpu_util"] and "node_cpu_seconds_total" in dcgm["cpu_busy"]
+    assert "DCGM_FI_DEV_GPU_UTIL" in dcgm["gpu_util"] and "node_cpu_seconds_total" in dcgm["cpu_busy_cores"]
     # Only our gpu collector has the PCIe link state: beside dcgm-exporter it records it from ours.
     assert "bottleneck_gpu_pcie_link_width" in dcgm["pcie"]
 

@@ -24,6 +24,11 @@ from tests.conftest import ROOT
 
 # The change: iowait counts as busy (a core waiting for storage is not free for the loaders).
 IDLE_OR_IOWAIT, IDLE = 'mode=~"idle|iowait"', 'mode="idle"'
+
+
+def iowait_busy(expr: str) -> str:
+    return expr.replace(IDLE_OR_IOWAIT, IDLE).replace('mode!~"idle|iowait"', 'mode!="idle"')
+
 MINUTES = 20
 
 
@@ -55,13 +60,15 @@ def test_one_change_to_a_signal_moves_its_rules_alert_dashboard_panel_and_diagno
         monkeypatch: pytest.MonkeyPatch) -> None:
     before = outputs()
     assert "BottleneckCpuSaturated" not in before["diagnose"]
-    cpu_busy = RECORDS["cpu_busy"]
-    monkeypatch.setitem(RECORDS, "cpu_busy", dataclasses.replace(
-        cpu_busy, expr=cpu_busy.expr.replace(IDLE_OR_IOWAIT, IDLE),
-        sources={source: expr.replace(IDLE_OR_IOWAIT, IDLE) for source, expr in cpu_busy.sources.items()}))
+    # cpu_busy is derived from the busy and free cores: the change is to those two.
+    for key in ("cpu_busy_cores", "cpu_free_cores"):
+        cores = RECORDS[key]
+        monkeypatch.setitem(RECORDS, key, dataclasses.replace(
+            cores, expr=iowait_busy(cores.expr),
+            sources={source: iowait_busy(expr) for source, expr in cores.sources.items()}))
     after = outputs()
 
-    record = "instance:bottleneck_cpu_busy:ratio_rate5m"
+    record = "instance:bottleneck_cpu_free_cores:rate5m"
     for bundle, text in after["rules"].items():
         assert text != before["rules"][bundle], bundle
         changed = text.split(f"record: {record}")[1].split("- record:")[0]
@@ -94,7 +101,9 @@ def test_one_change_to_a_dashboard_signal_moves_its_panel_in_every_bundle(monkey
 def test_dashboards_draw_the_bundles_signal_with_rate_interval_and_their_own_matchers() -> None:
     drawn = panel_queries(node.build("make generate"), "Busy per core")
     assert signal("cpu_busy", node.N) in drawn
-    assert "[$__rate_interval]" in drawn[1] and f"bottleneck_cpu_seconds_total{{{node.N}, mode" in drawn[1]
+    per_core = [q for q in drawn if f"bottleneck_cpu_seconds_total{{{node.N}, mode" in q]
+    assert len(per_core) == 1 and "[$__rate_interval]" in per_core[0]
+    assert f"bottleneck_cpu_all_seconds_total{{{node.N}, mode" in signal("cpu_busy", node.N)
     assert "node_cpu_seconds_total" in signal("cpu_busy", node.N, "node-exporter")
     with pytest.raises(CatalogueError, match="bundle node-exporter-dcgm-only has no signal 'pcie'"):
         signal("pcie", node.N, "node-exporter-dcgm-only")

@@ -44,6 +44,7 @@ def _twins(*twins: Twin) -> tuple[Twin, ...]:
 # pressure, diskstats, netdev, netclass, infiniband). Labels keep their names (cpu, mode, device, port).
 NODE_EXPORTER: dict[str, tuple[Twin, ...]] = {
     "bottleneck_cpu_seconds_total": _twins(Twin("node_cpu_seconds_total")),
+    "bottleneck_cpu_all_seconds_total": _twins(Twin("sum without (cpu) (node_cpu_seconds_total)")),
     "bottleneck_cpus": _twins(Twin('count without (cpu, mode) (node_cpu_seconds_total{mode="idle"})')),
     "bottleneck_load1": _twins(Twin("node_load1")),
     "bottleneck_load5": _twins(Twin("node_load5")),

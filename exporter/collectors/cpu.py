@@ -3,6 +3,7 @@
 Reads /proc/stat, /proc/loadavg and, where the kernel has CONFIG_SCHEDSTATS, /proc/schedstat::
 
     bottleneck_cpu_seconds_total{cpu="0",mode="user"} 2281.0
+    bottleneck_cpu_all_seconds_total{mode="user"} 72974.0
     bottleneck_load1 0.1
     bottleneck_cpu_runqueue_wait_seconds_total{cpu="0"} 12.5
 """
@@ -76,6 +77,17 @@ class CpuCollector:
             for mode, value in zip(CPU_MODES, values, strict=False):
                 seconds.add_metric([cpu, mode], value)
         yield seconds
+        if stat.total is not None:
+            # The node's CPU time in one series per mode: what the rules read, where the per-CPU family would
+            # cost them 32 times the samples on a 32-CPU node (docs/rules.md, "What the rules cost on a
+            # fleet"); the per-CPU series stay for the dashboards' one-core-pegged view.
+            every = CounterMetricFamily("bottleneck_cpu_all_seconds_total",
+                                        "Time all CPUs together spent in each mode (the cpu line of /proc/stat).",
+                                        labels=["mode"])
+            values = self._monotonic.update("all", [t / USER_HZ for t in stat.total])
+            for mode, value in zip(CPU_MODES, values, strict=False):
+                every.add_metric([mode], value)
+            yield every
         # /proc/stat lists only online CPUs, so its cpuN lines are the online count (never 0: the reader
         # refuses a stat without them).
         yield GaugeMetricFamily("bottleneck_cpus", "Online CPUs (cpuN lines of /proc/stat).",

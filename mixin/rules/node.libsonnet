@@ -5,22 +5,20 @@ function(p) {
 "node-local": {
   bottleneck: [
     {
-      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
-      expr: std.join('\n', [
-        "1 - (",
-        "  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{" + p.bottleneckExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
-        "  /",
-        "  sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
-        ")",
-      ]),
-    },
-    {
       record: "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
-      expr: "sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{" + p.bottleneckExporterSelector_first + "mode!~\"idle|iowait\"}[" + p.rate_window + "]))",
+      expr: "sum without (cpu, mode) (rate(bottleneck_cpu_all_seconds_total{" + p.bottleneckExporterSelector_first + "mode!~\"idle|iowait\"}[" + p.rate_window + "]))",
     },
     {
       record: "instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
-      expr: "sum without (cpu, mode) (rate(bottleneck_cpu_seconds_total{" + p.bottleneckExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
+      expr: "sum without (cpu, mode) (rate(bottleneck_cpu_all_seconds_total{" + p.bottleneckExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
+        "/",
+        "(instance:bottleneck_cpu_busy_cores:rate" + p.rate_window + " + instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
     },
     {
       record: "instance:bottleneck_cpus:count",
@@ -123,22 +121,20 @@ function(p) {
   ],
   "node-exporter": [
     {
-      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
-      expr: std.join('\n', [
-        "1 - (",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
-        "  /",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total" + p.nodeExporterSelector_braces + "[" + p.rate_window + "]))",
-        ")",
-      ]),
-    },
-    {
       record: "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode!~\"idle|iowait\"}[" + p.rate_window + "]))",
     },
     {
       record: "instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
+        "/",
+        "(instance:bottleneck_cpu_busy_cores:rate" + p.rate_window + " + instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
     },
     {
       record: "instance:bottleneck_cpus:count",
@@ -241,22 +237,20 @@ function(p) {
   ],
   "node-exporter-dcgm": [
     {
-      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
-      expr: std.join('\n', [
-        "1 - (",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
-        "  /",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total" + p.nodeExporterSelector_braces + "[" + p.rate_window + "]))",
-        ")",
-      ]),
-    },
-    {
       record: "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode!~\"idle|iowait\"}[" + p.rate_window + "]))",
     },
     {
       record: "instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
+        "/",
+        "(instance:bottleneck_cpu_busy_cores:rate" + p.rate_window + " + instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
     },
     {
       record: "instance:bottleneck_cpus:count",
@@ -359,22 +353,20 @@ function(p) {
   ],
   "node-exporter-dcgm-only": [
     {
-      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
-      expr: std.join('\n', [
-        "1 - (",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
-        "  /",
-        "  sum without (cpu, mode) (rate(node_cpu_seconds_total" + p.nodeExporterSelector_braces + "[" + p.rate_window + "]))",
-        ")",
-      ]),
-    },
-    {
       record: "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode!~\"idle|iowait\"}[" + p.rate_window + "]))",
     },
     {
       record: "instance:bottleneck_cpu_free_cores:rate" + p.rate_window,
       expr: "sum without (cpu, mode) (rate(node_cpu_seconds_total{" + p.nodeExporterSelector_first + "mode=~\"idle|iowait\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "instance:bottleneck_cpu_busy_cores:rate" + p.rate_window,
+        "/",
+        "(instance:bottleneck_cpu_busy_cores:rate" + p.rate_window + " + instance:bottleneck_cpu_free_cores:rate" + p.rate_window + ")",
+      ]),
     },
     {
       record: "instance:bottleneck_cpus:count",

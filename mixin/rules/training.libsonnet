@@ -13,6 +13,18 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_steps:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
       record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
@@ -25,7 +37,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -40,12 +52,12 @@ function(p) {
       record: "job_rank:bottleneck_train_collective_wait_seconds:mean" + p.rate_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "  job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  or",
         "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "]))",
         ")",
         "/",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
       ]),
     },
     {
@@ -65,28 +77,28 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|optimizer\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
         "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "    - ignoring (phase)",
-        "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "])",
+        "    job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"backward\", \"phase\", \".*\"",
         ")",
         "or",
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
-        "    sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "    job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
         "    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|backward|optimizer\"}[" + p.rate_window + "]))",
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
       ]),
@@ -136,7 +148,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -144,7 +156,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -152,7 +164,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -162,9 +174,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -172,14 +184,14 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
       record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
-        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "/ job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -217,6 +229,18 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_steps:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
       record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
@@ -229,7 +253,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -244,12 +268,12 @@ function(p) {
       record: "job_rank:bottleneck_train_collective_wait_seconds:mean" + p.rate_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "  job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  or",
         "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "]))",
         ")",
         "/",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
       ]),
     },
     {
@@ -269,28 +293,28 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|optimizer\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
         "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "    - ignoring (phase)",
-        "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "])",
+        "    job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"backward\", \"phase\", \".*\"",
         ")",
         "or",
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
-        "    sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "    job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
         "    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|backward|optimizer\"}[" + p.rate_window + "]))",
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
       ]),
@@ -340,7 +364,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -348,7 +372,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -356,7 +380,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -366,9 +390,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -376,14 +400,14 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
       record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
-        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "/ job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -421,6 +445,18 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_steps:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
       record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
@@ -433,7 +469,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -448,12 +484,12 @@ function(p) {
       record: "job_rank:bottleneck_train_collective_wait_seconds:mean" + p.rate_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "  job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  or",
         "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "]))",
         ")",
         "/",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
       ]),
     },
     {
@@ -473,28 +509,28 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|optimizer\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
         "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "    - ignoring (phase)",
-        "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "])",
+        "    job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"backward\", \"phase\", \".*\"",
         ")",
         "or",
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
-        "    sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "    job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
         "    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|backward|optimizer\"}[" + p.rate_window + "]))",
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
       ]),
@@ -544,7 +580,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -552,7 +588,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -560,7 +596,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -570,9 +606,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -580,14 +616,14 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
       record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
-        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "/ job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -625,6 +661,18 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
+      expr: "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+    },
+    {
+      record: "job_rank:bottleneck_train_steps:rate" + p.rate_window,
+      expr: "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
       record: "job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
@@ -637,7 +685,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -652,12 +700,12 @@ function(p) {
       record: "job_rank:bottleneck_train_collective_wait_seconds:mean" + p.rate_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "  job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  or",
         "  sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "]))",
         ")",
         "/",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
       ]),
     },
     {
@@ -677,28 +725,28 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|optimizer\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
         "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "    - ignoring (phase)",
-        "    rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "])",
+        "    job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"backward\", \"phase\", \".*\"",
         ")",
         "or",
         "rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"backward\"}[" + p.rate_window + "])",
         "/ ignoring (phase) group_left ()",
-        "rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "job_rank:bottleneck_train_steps:rate" + p.rate_window,
         "or",
         "label_replace(",
         "  (",
-        "    sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "    job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
         "    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=~\"data_wait|forward|backward|optimizer\"}[" + p.rate_window + "]))",
         "  )",
-        "  / rate(bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]),",
+        "  / job_rank:bottleneck_train_steps:rate" + p.rate_window + ",",
         "  \"phase\", \"between_phases\", \"phase\", \".*\"",
         ")",
       ]),
@@ -748,7 +796,7 @@ function(p) {
       expr: std.join('\n', [
         "sum without (generation) (rate(bottleneck_train_gc_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -756,7 +804,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_checkpoint_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -764,7 +812,7 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_long_step_excess_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -774,9 +822,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_collective:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
@@ -784,14 +832,14 @@ function(p) {
       expr: std.join('\n', [
         "rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
-        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"step\"}[" + p.rate_window + "]))",
+        "job_rank:bottleneck_train_stepping_seconds:rate" + p.rate_window,
       ]),
     },
     {
       record: "job_rank:bottleneck_train_collective_overlap:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "1 - rate(bottleneck_train_collective_exposed_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
-        "/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"collective\"}[" + p.rate_window + "]))",
+        "/ job_rank:bottleneck_train_collective_seconds:rate" + p.rate_window,
       ]),
     },
     {

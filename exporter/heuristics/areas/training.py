@@ -28,13 +28,23 @@ RECORDS: tuple[Record, ...] = (
            "max by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
            "or on (instance, training_job, rank)\n"
            "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
+    # The rates most records divide by, each taken once (the phase counters are the largest family the
+    # training records read: docs/rules.md, "What the rules cost on a fleet"): the seconds per second a rank
+    # spends stepping, in its collectives, and its steps per second.
+    Record("stepping", f"job_rank:bottleneck_train_stepping_seconds:rate{W}",
+           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))', "training"),
+    Record("collective_time", f"job_rank:bottleneck_train_collective_seconds:rate{W}",
+           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))',
+           "training"),
+    Record("steps_rate", f"job_rank:bottleneck_train_steps:rate{W}", f"rate(bottleneck_train_steps_total[{W}])",
+           "training"),
     # The hook samples one batch in 64 on a CUDA rank; no sample in the window leaves the ratio out (0/0).
     Record("pageable_batches", f"job_rank:bottleneck_train_pageable_batches:ratio_rate{W}",
            f'sum without (memory) (rate(bottleneck_train_host_batches_total{{memory="pageable"}}[{W}]))\n'
            f"/\nsum without (memory) (rate(bottleneck_train_host_batches_total[{W}]))", "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           f'/\n<<stepping>>',
            "training"),
     Record("step_mean", f"job_rank:bottleneck_train_step_seconds:mean{W}",
            f"rate(bottleneck_train_step_duration_seconds_sum[{W}])\n"
@@ -42,9 +52,9 @@ RECORDS: tuple[Record, ...] = (
     # Host seconds per step this rank waits in its collectives: the hook's collective phase where the rank
     # reports it, else backward (DDP's all-reduce wait sits inside backward, so backward is the proxy).
     Record("collective_wait", f"job_rank:bottleneck_train_collective_wait_seconds:mean{W}",
-           f'(\n  sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
+           f'(\n  <<collective_time>>\n'
            f'  or\n  sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}]))\n)'
-           f"\n/\nrate(bottleneck_train_steps_total[{W}])", "training"),
+           f"\n/\n<<steps_rate>>", "training"),
     Record("gpu_busy", f"job_rank:bottleneck_train_gpu_busy:ratio_rate{W}",
            f"rate(bottleneck_train_gpu_busy_seconds_total[{W}])\n/\n"
            f"(rate(bottleneck_train_gpu_busy_seconds_total[{W}]) + rate(bottleneck_train_gpu_idle_seconds_total[{W}]))",
@@ -64,15 +74,15 @@ RECORDS: tuple[Record, ...] = (
     # collective wait where the rank reports it) and between_phases (its own code outside them).
     Record("phase_per_step", f"job_rank_phase:bottleneck_train_phase_seconds:per_step_rate{W}",
            f'rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|optimizer"}}[{W}])\n'
-           f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
+           f"/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
            f'  (\n    rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
-           f'    - ignoring (phase)\n    rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}])\n  )\n'
-           f'  / rate(bottleneck_train_steps_total[{W}]),\n  "phase", "backward", "phase", ".*"\n)\nor\n'
+           f'    - ignoring (phase)\n    <<collective_time>>\n  )\n'
+           f'  / <<steps_rate>>,\n  "phase", "backward", "phase", ".*"\n)\nor\n'
            f'rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
-           f"/ ignoring (phase) group_left ()\nrate(bottleneck_train_steps_total[{W}])\nor\nlabel_replace(\n"
-           f'  (\n    sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))\n'
+           f"/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
+           f'  (\n    <<stepping>>\n'
            f'    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|'
-           f'backward|optimizer"}}[{W}]))\n  )\n  / rate(bottleneck_train_steps_total[{W}]),\n'
+           f'backward|optimizer"}}[{W}]))\n  )\n  / <<steps_rate>>,\n'
            '  "phase", "between_phases", "phase", ".*"\n)', "training"),
     # Each place's seconds per step above the job's median for it, plus a nanosecond-scale priority per
     # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest.
@@ -111,35 +121,35 @@ RECORDS: tuple[Record, ...] = (
     # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
     Record("gc", f"job_rank:bottleneck_train_gc:ratio_rate{W}",
            f"sum without (generation) (rate(bottleneck_train_gc_seconds_total[{W}]))\n"
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           f'/\n<<stepping>>',
            "training"),
     Record("checkpoint", f"job_rank:bottleneck_train_checkpoint:ratio_rate{W}",
            f"rate(bottleneck_train_checkpoint_seconds_total[{W}])\n"
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           f'/\n<<stepping>>',
            "training"),
     Record("long_steps", f"job_rank:bottleneck_train_long_step_excess:ratio_rate{W}",
            f"rate(bottleneck_train_long_step_excess_seconds_total[{W}])\n"
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           f'/\n<<stepping>>',
            "training"),
     # torch.compile's recompilations a minute: after the warm-up (the first shapes, an eval switch, an epoch's
     # last partial batch, each compiled once) a healthy job has none.
     Record("recompiles", f"job_rank:bottleneck_train_recompiles:per_minute_rate{W}",
            f"rate(bottleneck_train_recompiles_total[{W}]) * 60", "training"),
     Record("collective", f"job_rank:bottleneck_train_collective:ratio_rate{W}",
-           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))\n'
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           '<<collective_time>>\n'
+           '/\n<<stepping>>',
            "training"),
     # The share of the step the training thread waits for collectives that compute did not hide (the part
     # of the collective phase after backward's last launch), where the hook measures it (gloo DDP).
     Record("exposed_collective", f"job_rank:bottleneck_train_collective_exposed:ratio_rate{W}",
            f"rate(bottleneck_train_collective_exposed_seconds_total[{W}])\n"
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
+           f'/\n<<stepping>>',
            "training"),
     # HTA's communication-computation overlap: the share of the collectives' time during which the rank
     # computed (in flight, not waited for). The hook's exposed time is part of the time in flight.
     Record("collective_overlap", f"job_rank:bottleneck_train_collective_overlap:ratio_rate{W}",
            f"1 - rate(bottleneck_train_collective_exposed_seconds_total[{W}])\n"
-           f'/ sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))',
+           f'/ <<collective_time>>',
            "training"),
     # How fast a training process's resident memory (its DataLoader workers' included) grows, bytes per
     # second (least squares over the window: a steady leak, not one jump), and at that pace the seconds

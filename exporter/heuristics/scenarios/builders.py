@@ -35,14 +35,17 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
     target = {"instance": instance, "job": EXPORTER_JOB}
     out: list[Series] = []
     cpus = [str(cpu) for cpu in range(int(v["cpus"]))]  # one series per CPU, as node_exporter counts them
-    for cpu in cpus:
-        for mode, share in (("user", 0.8), ("system", 0.2)):
+    # Seconds per second of one CPU in each mode, and the initial counter value; the cpu line of /proc/stat
+    # (bottleneck_cpu_all_seconds_total) is the sum of the cpuN lines.
+    modes = {"user": (v["busy"] * 0.8, b["busy"] * 0.8, 1000), "system": (v["busy"] * 0.2, b["busy"] * 0.2, 1000),
+             "iowait": (v["iowait"], b["iowait"], 10),
+             "idle": (1 - v["busy"] - v["iowait"], 1 - b["busy"] - b["iowait"], 5000)}
+    for mode, (now, then, initial) in modes.items():
+        for cpu in cpus:
             out.append(series("bottleneck_cpu_seconds_total", {**target, "cpu": cpu, "mode": mode},
-                              counter(tl, v["busy"] * share, b["busy"] * share, initial=1000)))
-        out.append(series("bottleneck_cpu_seconds_total", {**target, "cpu": cpu, "mode": "iowait"},
-                          counter(tl, v["iowait"], b["iowait"], initial=10)))
-        out.append(series("bottleneck_cpu_seconds_total", {**target, "cpu": cpu, "mode": "idle"},
-                          counter(tl, 1 - v["busy"] - v["iowait"], 1 - b["busy"] - b["iowait"], initial=5000)))
+                              counter(tl, now, then, initial=initial)))
+        out.append(series("bottleneck_cpu_all_seconds_total", {**target, "mode": mode},
+                          counter(tl, now * len(cpus), then * len(cpus), initial=initial * len(cpus))))
     total = 64 * 2**30
     out += [
         series("bottleneck_cpus", target, gauge(tl, v["cpus"], b["cpus"])),
