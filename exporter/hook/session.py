@@ -211,6 +211,7 @@ class Session:
         self._loader_json = ""
         self.seq = 0
         self._cuda_index: int | None = None
+        self._cuda_total_bytes = 0.0  # the rank's device's memory, read once with its index
         # Read by bottleneck_exporter.hook.forward.TimedForward on every forward.
         self.device_checked = False
         self.in_forward = False
@@ -427,6 +428,10 @@ class Session:
         import torch
 
         self._cuda_index = device.index if device.index is not None else torch.cuda.current_device()
+        # Properties torch read when it initialised the device: no device call. The device the rank itself
+        # sees (a MIG instance's own memory, CUDA_VISIBLE_DEVICES applied), which the exporter's rules need not
+        # join to an NVML GPU for.
+        self._cuda_total_bytes = float(torch.cuda.get_device_properties(self._cuda_index).total_memory)
         self.device = f"cuda:{self._cuda_index}"
         self._identity_json = ""
         if self.gpu is None:
@@ -538,7 +543,7 @@ class Session:
         # Host-side counters of the caching allocator: no device synchronisation.
         index = self._cuda_index
         readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
-                    torch.cuda.max_memory_allocated(index))
+                    torch.cuda.max_memory_allocated(index), self._cuda_total_bytes)
         memory: dict[str, float] = dict(zip(GPU_MEMORY, map(float, readings), strict=True))
         # The allocator's counts are a nicety: a torch whose memory_stats() fails (an allocator backend that
         # keeps none) must not cost the datagram, whose failures switch the hook off.

@@ -46,6 +46,8 @@ _MEMORY_NAMES = {
     "memory_allocated_bytes": ("allocated", "memory held by tensors (torch.cuda.memory_allocated)"),
     "memory_reserved_bytes": ("reserved", "memory held by the caching allocator (memory_reserved)"),
     "memory_peak_bytes": ("peak", "peak memory held by tensors (torch.cuda.max_memory_allocated)"),
+    "memory_total_bytes": ("total", "memory of the rank's device, a MIG instance's own "
+                                    "(torch.cuda.get_device_properties().total_memory)"),
 }
 
 

@@ -38,7 +38,8 @@ HOST_PHASES = (*STEP_PHASES, STEP)  # the keys of phase_seconds
 COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_seconds, each one of STEP_PHASES
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
-GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+# The last is the device's size (torch.cuda.get_device_properties().total_memory), against which a growth runs out.
+GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes", "memory_total_bytes")
 GC_GENERATIONS = 3  # Python's collector: generations 0, 1 and 2 (gc.callbacks' info["generation"])
 # The CUDA caching allocator's cumulative counts (torch.cuda.memory_stats(): num_alloc_retries, num_ooms).
 GPU_ALLOCATOR = ("allocator_retries", "allocator_ooms")
