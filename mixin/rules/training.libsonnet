@@ -199,6 +199,18 @@ function(p) {
       expr: p.memory_growth_ratio_per_hour + " * bottleneck_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
     },
     {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
       expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
     },
@@ -401,6 +413,18 @@ function(p) {
     {
       record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
@@ -607,6 +631,18 @@ function(p) {
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
     },
     {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
       expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
     },
@@ -809,6 +845,18 @@ function(p) {
     {
       record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
