@@ -51,6 +51,7 @@ from bottleneck_exporter.hook.timing import (
     StepClock,
     Totals,
 )
+from bottleneck_exporter.hook.transfer import CopyClock
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
 from bottleneck_exporter.wire import encode
@@ -195,6 +196,8 @@ class Session:
         self.gc = GcClock()
         self.gc.attach()
         self.checkpoints = CheckpointClock()
+        # Set by an adapter whose framework moves batches in one place it can time (hook.transfer).
+        self.copies: CopyClock | None = None
         checkpoint.watch()
         self._lost_key: tuple[Any, ...] = ()
         self._lost_json = ""
@@ -496,6 +499,9 @@ class Session:
         pins = self.pin_check
         if pins.checked:
             numbers += encode.host_batches(pins.pinned, pins.pageable)
+        copies = self.copies
+        if copies is not None:
+            numbers += encode.host_to_device(copies.seconds, copies.copies)
         identity = self._identity_json or self._format_identity()
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
