@@ -21,6 +21,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -234,6 +242,14 @@ function(p) {
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
         "/",
         "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
       ]),
     },
     {
@@ -453,6 +469,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -666,6 +690,14 @@ function(p) {
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
         "/",
         "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
       ]),
     },
     {

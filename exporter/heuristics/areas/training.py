@@ -33,6 +33,13 @@ RECORDS: tuple[Record, ...] = (
     Record("pageable_batches", f"job_rank:bottleneck_train_pageable_batches:ratio_rate{W}",
            f'sum without (memory) (rate(bottleneck_train_host_batches_total{{memory="pageable"}}[{W}]))\n'
            f"/\nsum without (memory) (rate(bottleneck_train_host_batches_total[{W}]))", "training"),
+    # The share of the data wait the loop spends moving its batches to the device, where the hook times the copy
+    # apart (Lightning's batch_to_device; docs/hook.md, "Host-to-device copies"): from pageable memory the copy
+    # holds the training thread, from pinned memory with non_blocking=True it is only queued.
+    Record("host_to_device", f"job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate{W}",
+           f"rate(bottleneck_train_host_to_device_seconds_total[{W}])\n"
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))',
+           "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
            f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))',
@@ -287,7 +294,10 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "by sampling whether the loader's batches are pinned (Tensor.is_pinned(), no device call).",
         evidence="`bottleneck_train_host_batches_total` by memory (pinned, pageable), "
         "`bottleneck_train_dataloader_pin_memory`, the forward and data-wait phases in "
-        "`bottleneck_train_phase_seconds_total`.",
+        "`bottleneck_train_phase_seconds_total`; under Lightning, the share of the data wait spent copying the "
+        "batches to the device, `job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate${rate_window}` "
+        "(the callback times the strategy's batch_to_device; a plain loop's own `.to(device)` falls between "
+        "phases and Hugging Face's inside the data wait, untimed: docs/hook.md, \"Host-to-device copies\").",
         compares=("pageable_batches",), threshold="pageable_batches_ratio",
         scope=RANK, unit="percentunit", group="training", tiers=(Tier("info"),),
     ),
