@@ -96,8 +96,9 @@ def full_payload(job: str, rank: int) -> dict[str, Any]:
     payload["rank"] = rank
     payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
                       "idle_seconds": 0.5, "memory_allocated_bytes": 1e9, "memory_reserved_bytes": 2e9,
-                      "memory_peak_bytes": 1.5e9}
+                      "memory_peak_bytes": 1.5e9, "memory_total_bytes": 80e9}
     payload["host_batches"] = {"pinned": 0, "pageable": 12}
+    payload["host_to_device"] = {"seconds": 0.6, "copies": 12}  # the Lightning callback's
     payload["gpu"].update(allocator_retries=3, allocator_ooms=0)  # torch.cuda.memory_stats()
     payload["phase_seconds"]["collective"] = 0.2
     payload["collective_exposed_seconds"] = 0.1  # a gloo DDP rank's

@@ -59,6 +59,15 @@ def reported(rx: PushReceiver, job: str) -> dict[str, float]:
     return out  # type: ignore[return-value]
 
 
+def batch_copies(rx: PushReceiver, job: str) -> tuple[float | None, float | None]:
+    """(seconds, copies) the hook timed moving ``job``'s training batches to the device; None where not sent."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(rx)
+    labels = {"training_job": job, "rank": "0"}
+    return (registry.get_sample_value("bottleneck_train_host_to_device_seconds_total", labels),
+            registry.get_sample_value("bottleneck_train_host_to_device_copies_total", labels))
+
+
 def test_lightning_and_huggingface_callbacks_report_the_same_phases(push_receiver, tmp_path):
     address = f"unix://{push_receiver.unix_path}"
     run_lightning(address, tmp_path / "lightning")
@@ -81,3 +90,20 @@ def test_lightning_and_huggingface_callbacks_report_the_same_phases(push_receive
         # step (2 epochs x 6 micro-batches x 5 ms).
         assert result["forward"] >= EPOCHS * ITEMS / BATCH * FORWARD_SECONDS, result
     assert 0.5 < lightning["data_wait"] / huggingface["data_wait"] < 2, (lightning, huggingface)
+    # accelerate's DataLoaderShard moves Hugging Face's batches inside the iterator: no place to time them apart.
+    assert batch_copies(push_receiver, "huggingface") == (None, None)
+
+
+def test_lightning_batch_copies_are_timed_inside_the_data_wait_and_validations_are_not(push_receiver, tmp_path):
+    """Lightning moves each batch with its strategy's batch_to_device, which the callback times. On CPU the copy
+    is to the CPU (microseconds): what is checked is which copies count and where their time lies, not what a
+    copy to a GPU costs. The validation passes' batches (6 at each epoch's end, while the callback's wrapper is
+    in place) go through the same method and are no training step's."""
+    address = f"unix://{push_receiver.unix_path}"
+    from bottleneck_exporter.hook.lightning import BottleneckCallback
+
+    fit_lightning(str(tmp_path / "lightning"), [BottleneckCallback(job="copies", address=address)], validate=True)
+    result = reported(push_receiver, "copies")
+    seconds, copies = batch_copies(push_receiver, "copies")
+    assert copies == ITEMS // BATCH * EPOCHS, copies  # every micro-batch, accumulated or not
+    assert seconds is not None and 0 < seconds < result["data_wait"], (seconds, result)

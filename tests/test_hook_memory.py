@@ -49,6 +49,37 @@ def test_allocator_counts_become_counters_of_the_rank() -> None:
     assert samples[("bottleneck_train_cuda_allocator_ooms_total", "fragmented")] == 0
 
 
+def test_the_devices_memory_becomes_a_gauge_of_the_rank_beside_what_it_allocated() -> None:
+    """What GpuMemoryGrowing measures a growth against: the size of the rank's own device, as the hook reads it
+    once from torch.cuda.get_device_properties() (not called here: no CUDA on the test machines)."""
+    payload = full_payload("growing", 0)
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    assert receiver.handle(json.dumps(payload).encode())
+    samples = {s.name: s.value for family in receiver.collect() for s in family.samples
+               if s.labels.get("training_job") == "growing"}
+    assert samples["bottleneck_train_cuda_memory_total_bytes"] == payload["gpu"]["memory_total_bytes"]
+    assert samples["bottleneck_train_cuda_memory_allocated_bytes"] == payload["gpu"]["memory_allocated_bytes"]
+
+
+def test_a_rank_from_a_hook_that_sends_no_device_size_keeps_its_other_memory_gauges() -> None:
+    # A hook older than the device's size: its datagrams stay valid, the growth verdict has nothing to run out.
+    payload = full_payload("older-hook", 0)
+    del payload["gpu"]["memory_total_bytes"]
+    receiver = PushReceiver(JobStore(max_jobs=4, max_ranks=4, expiry=600))
+    assert receiver.handle(json.dumps(payload).encode())
+    names = {s.name for family in receiver.collect() for s in family.samples}
+    assert "bottleneck_train_cuda_memory_allocated_bytes" in names
+    assert "bottleneck_train_cuda_memory_total_bytes" not in names
+
+
+@pytest.mark.parametrize("value", ["80e9", None, True])
+def test_a_bad_device_size_is_refused_naming_the_key(value: object) -> None:
+    payload = full_payload("growing", 0)
+    payload["gpu"]["memory_total_bytes"] = value
+    with pytest.raises(Rejected, match=r"gpu\.memory_total_bytes"):
+        validate(json.dumps(payload).encode())
+
+
 @pytest.mark.parametrize("count", [-1, 2.5, "3"])
 def test_a_bad_allocator_count_is_refused_naming_the_key(count: object) -> None:
     payload = full_payload("fragmented", 0)

@@ -180,7 +180,7 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter(tmp_path: Path) 
                    "persistent_workers": False, "worker_pids": []},
         "gpu": {"phase_seconds": {"forward": 0.8, "backward": 1.6, "optimizer": 0.3}, "busy_seconds": 2.7,
                 "idle_seconds": 10.1, "memory_allocated_bytes": 1.2e9, "memory_reserved_bytes": 2.0e9,
-                "memory_peak_bytes": 1.5e9, "allocator_retries": 3, "allocator_ooms": 0},
+                "memory_peak_bytes": 1.5e9, "memory_total_bytes": 80e9, "allocator_retries": 3, "allocator_ooms": 0},
         "host_batches": {"pinned": 0, "pageable": 2},
         "startup_seconds": 84.2, "long_steps": {"count": 4, "excess_seconds": 2.1, "median_seconds": 0.1},
         "checkpoint": {"seconds": 1.9, "saves": 4}, "gc": {"seconds": [0.01, 0.02, 0.3], "collections": [90, 8, 2]},

@@ -145,6 +145,10 @@ PARAMETERS: dict[str, Parameter] = _parameters(
     Parameter("memory_growth_ratio_per_hour", 0.05, "Share of the node's memory per hour above which a "
               "training process's resident memory that keeps growing is a leak: at 5 % an hour a leak fills "
               "the node within a day (SageMaker's GPUMemoryIncrease fires on a rise of 5 points)."),
+    Parameter("gpu_memory_growth_ratio_per_hour", 0.05, "Share of its CUDA device's memory per hour above which "
+              "the memory a rank's tensors hold (torch.cuda.memory_allocated at a step end) that keeps growing is a "
+              "leak: at 5 % an hour it fills the device within a day, as memory_growth_ratio_per_hour does the "
+              "node's."),
     Parameter("cuda_alloc_retries_per_minute", 1, "CUDA caching-allocator retries (num_alloc_retries) per "
               "minute above which a rank runs at the edge of its GPU's memory: each retry frees the cache, "
               "synchronising the device."),

@@ -3,7 +3,9 @@
 Maps Lightning's hooks onto the session's phases: from one batch's end to the next batch's start is data wait
 (Lightning fetches the next batch and moves it to the device in between), ``training_step`` is forward,
 ``on_before_backward`` to ``on_after_backward`` is backward, ``on_before_optimizer_step`` to the batch end is
-the optimizer step. With ``accumulate_grad_batches`` one step is one optimizer step. The exporter shows::
+the optimizer step. With ``accumulate_grad_batches`` one step is one optimizer step. The strategy's
+``batch_to_device``, which moves each training batch to the device inside the data wait, is timed on its own
+(``bottleneck_exporter.hook.transfer``). The exporter shows::
 
     bottleneck_train_phase_seconds_total{training_job="train",rank="0",phase="forward"} 0.9
     bottleneck_train_steps_total{training_job="train",rank="0"} 120.0
@@ -20,6 +22,7 @@ from typing import Any
 
 from bottleneck_exporter.hook.session import Samples, Session
 from bottleneck_exporter.hook.timing import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER, OTHER
+from bottleneck_exporter.hook.transfer import CopyClock, time_batch_transfers, untime_batch_transfers
 
 
 def _lightning_callback_base() -> type:
@@ -79,6 +82,10 @@ class _BottleneckCallbackLogic:
             session.check_device(pl_module, find_wrapper=False, alone=alone)
             if not alone:
                 session.time_collectives(wrapped)
+            # The loop moves each batch to the device with the strategy's batch_to_device, inside the data wait.
+            copies = session.copies if session.copies is not None else CopyClock()
+            if time_batch_transfers(trainer.strategy, copies, lambda: bool(trainer.training)):
+                session.copies = copies
 
         self._guard("on_train_start", start)
 
@@ -124,7 +131,11 @@ class _BottleneckCallbackLogic:
         self._guard("on_train_epoch_end", lambda s: s.mark(OTHER))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._guard("on_train_end", lambda s: s.flush())
+        def end(session: Session) -> None:
+            untime_batch_transfers(trainer.strategy)
+            session.flush()
+
+        self._guard("on_train_end", end)
 
 
 BottleneckCallback: type = type("BottleneckCallback", (_BottleneckCallbackLogic, _lightning_callback_base()), {

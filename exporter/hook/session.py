@@ -51,6 +51,7 @@ from bottleneck_exporter.hook.timing import (
     StepClock,
     Totals,
 )
+from bottleneck_exporter.hook.transfer import CopyClock
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.procfs import WORKER_COMM, ProcParseError, read_children, read_comm
 from bottleneck_exporter.wire import encode
@@ -195,6 +196,8 @@ class Session:
         self.gc = GcClock()
         self.gc.attach()
         self.checkpoints = CheckpointClock()
+        # Set by an adapter whose framework moves batches in one place it can time (hook.transfer).
+        self.copies: CopyClock | None = None
         checkpoint.watch()
         self._lost_key: tuple[Any, ...] = ()
         self._lost_json = ""
@@ -211,6 +214,7 @@ class Session:
         self._loader_json = ""
         self.seq = 0
         self._cuda_index: int | None = None
+        self._cuda_total_bytes = 0.0  # the rank's device's memory, read once with its index
         # Read by bottleneck_exporter.hook.forward.TimedForward on every forward.
         self.device_checked = False
         self.in_forward = False
@@ -427,6 +431,10 @@ class Session:
         import torch
 
         self._cuda_index = device.index if device.index is not None else torch.cuda.current_device()
+        # Properties torch read when it initialised the device: no device call. The device the rank itself
+        # sees (a MIG instance's own memory, CUDA_VISIBLE_DEVICES applied), which the exporter's rules need not
+        # join to an NVML GPU for.
+        self._cuda_total_bytes = float(torch.cuda.get_device_properties(self._cuda_index).total_memory)
         self.device = f"cuda:{self._cuda_index}"
         self._identity_json = ""
         if self.gpu is None:
@@ -491,6 +499,9 @@ class Session:
         pins = self.pin_check
         if pins.checked:
             numbers += encode.host_batches(pins.pinned, pins.pageable)
+        copies = self.copies
+        if copies is not None:
+            numbers += encode.host_to_device(copies.seconds, copies.copies)
         identity = self._identity_json or self._format_identity()
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
@@ -538,7 +549,7 @@ class Session:
         # Host-side counters of the caching allocator: no device synchronisation.
         index = self._cuda_index
         readings = (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index),
-                    torch.cuda.max_memory_allocated(index))
+                    torch.cuda.max_memory_allocated(index), self._cuda_total_bytes)
         memory: dict[str, float] = dict(zip(GPU_MEMORY, map(float, readings), strict=True))
         # The allocator's counts are a nicety: a torch whose memory_stats() fails (an allocator backend that
         # keeps none) must not cost the datagram, whose failures switch the hook off.

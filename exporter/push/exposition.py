@@ -46,6 +46,8 @@ _MEMORY_NAMES = {
     "memory_allocated_bytes": ("allocated", "memory held by tensors (torch.cuda.memory_allocated)"),
     "memory_reserved_bytes": ("reserved", "memory held by the caching allocator (memory_reserved)"),
     "memory_peak_bytes": ("peak", "peak memory held by tensors (torch.cuda.max_memory_allocated)"),
+    "memory_total_bytes": ("total", "memory of the rank's device, a MIG instance's own "
+                                    "(torch.cuda.get_device_properties().total_memory)"),
 }
 
 
@@ -128,6 +130,11 @@ class _RankFamilies:
                                    "torch.distributed.checkpoint.save); no part of any phase.")
         self.saves = _counter("bottleneck_train_checkpoint_saves_total",
                               "Checkpoint saves on the training thread.")
+        self.copy_seconds = _counter("bottleneck_train_host_to_device_seconds_total",
+                                     "Host time moving training batches to the device, where the hook times it "
+                                     "(Lightning's batch_to_device); part of the data_wait phase.")
+        self.copies = _counter("bottleneck_train_host_to_device_copies_total",
+                               "Training batches moved to the device where the hook times it.")
         self.gc = _counter("bottleneck_train_gc_seconds_total",
                            "Time in Python's garbage collector, by generation (gc.callbacks); overlaps the "
                            "phases.", [*_JR, "generation"])
@@ -168,6 +175,9 @@ class _RankFamilies:
         if snap.checkpoint is not None:
             self.checkpoint.add_metric(jr, snap.checkpoint.seconds)
             self.saves.add_metric(jr, snap.checkpoint.saves)
+        if snap.host_to_device is not None:
+            self.copy_seconds.add_metric(jr, snap.host_to_device.seconds)
+            self.copies.add_metric(jr, snap.host_to_device.copies)
         if snap.gc is not None:
             for generation in range(GC_GENERATIONS):
                 self.gc.add_metric([*jr, str(generation)], snap.gc.seconds[generation])
@@ -225,7 +235,8 @@ class _RankFamilies:
                 self.gpu_busy, self.gpu_idle, self.gpu_dropped, self.collective_dropped, *self.memory.values(),
                 *self.allocator.values(), *self.loader.values(), self.host_batches, self.info, self.last_step,
                 self.dropped, self.startup, self.long_steps, self.long_excess, self.median, self.checkpoint,
-                self.saves, self.gc, self.gc_collections, self.compiles, self.recompiles, self.compile_seconds)
+                self.saves, self.copy_seconds, self.copies, self.gc, self.gc_collections, self.compiles,
+                self.recompiles, self.compile_seconds)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

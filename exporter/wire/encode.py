@@ -92,6 +92,11 @@ def gpu(phase_seconds: Sequence[float], busy_seconds: float, idle_seconds: float
             f'"dropped_timings":{dropped_timings}{extra}}}')
 
 
+def host_to_device(seconds: float, copies: int) -> str:
+    """``,"host_to_device":{..}``: the training loop's batch copies to the device, where the hook times them."""
+    return f',"host_to_device":{{"seconds":{seconds},"copies":{copies}}}'
+
+
 def host_batches(pinned: int, pageable: int) -> str:
     """``,"host_batches":{..}``: the batches the hook checked, by where their host tensors were."""
     return f',"host_batches":{{"pinned":{pinned},"pageable":{pageable}}}'

@@ -38,7 +38,8 @@ HOST_PHASES = (*STEP_PHASES, STEP)  # the keys of phase_seconds
 COLLECTIVE = "collective"
 GPU_PHASES = ("forward", "backward", "optimizer")  # the keys of gpu.phase_seconds, each one of STEP_PHASES
 LOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
-GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes")
+# The last is the device's size (torch.cuda.get_device_properties().total_memory), against which a growth runs out.
+GPU_MEMORY = ("memory_allocated_bytes", "memory_reserved_bytes", "memory_peak_bytes", "memory_total_bytes")
 GC_GENERATIONS = 3  # Python's collector: generations 0, 1 and 2 (gc.callbacks' info["generation"])
 # The CUDA caching allocator's cumulative counts (torch.cuda.memory_stats(): num_alloc_retries, num_ooms).
 GPU_ALLOCATOR = ("allocator_retries", "allocator_ooms")
@@ -48,12 +49,15 @@ GPU_ALLOCATOR = ("allocator_retries", "allocator_ooms")
 KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", "time", "dropped", "steps",
         "samples", "phase_seconds", "step_buckets")
 OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "startup_seconds", "long_steps",
-                 "checkpoint", "gc", "compile", "gpu", "loader", "host_batches", "collective_exposed_seconds")
+                 "checkpoint", "gc", "compile", "gpu", "loader", "host_batches", "collective_exposed_seconds",
+                 "host_to_device")
 # The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
 HOST_MEMORY = ("pinned", "pageable")
 LONG_STEP_KEYS = ("count", "excess_seconds")
 LONG_STEP_OPTIONAL_KEYS = ("median_seconds",)  # sent once the hook has seen enough steps to tell
 CHECKPOINT_KEYS = ("seconds", "saves")
+# The training loop's batch copies to the device, where a framework moves batches in one place (hook.transfer).
+HOST_TO_DEVICE_KEYS = ("seconds", "copies")
 GC_KEYS = ("seconds", "collections")  # each a list by generation
 COMPILE_KEYS = ("compiles", "recompiles", "seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
@@ -125,6 +129,12 @@ class CheckpointTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class CopyTotals:
+    seconds: float  # moving training batches to the device, part of the data wait (hook.transfer)
+    copies: int
+
+
+@dataclasses.dataclass(frozen=True)
 class GcTotals:
     seconds: tuple[float, ...]  # in Python's garbage collector, by generation (GC_GENERATIONS)
     collections: tuple[int, ...]
@@ -171,6 +181,7 @@ class Snapshot:
     startup_seconds: float | None = None  # from the process's start to its first step's end, once it ended
     long_steps: LongSteps | None = None
     checkpoint: CheckpointTotals | None = None
+    host_to_device: CopyTotals | None = None
     gc: GcTotals | None = None
     compile: CompileTotals | None = None  # sent once the training script has loaded torch.compile's dynamo
     # The part of collective_seconds the training thread waited, not hidden by compute (gloo DDP), when sent.
@@ -233,6 +244,7 @@ def validate(data: bytes) -> Snapshot:
         startup_seconds=_number(obj, "startup_seconds") if "startup_seconds" in obj else None,
         long_steps=_long_steps(obj["long_steps"]) if "long_steps" in obj else None,
         checkpoint=_checkpoint(obj["checkpoint"]) if "checkpoint" in obj else None,
+        host_to_device=_host_to_device(obj["host_to_device"]) if "host_to_device" in obj else None,
         gc=_gc(obj["gc"]) if "gc" in obj else None,
         compile=_compile(obj["compile"]) if "compile" in obj else None,
         collective_exposed_seconds=_number(obj, "collective_exposed_seconds")
@@ -366,6 +378,12 @@ def _checkpoint(value: Any) -> CheckpointTotals:
     obj = _object(value, "checkpoint", CHECKPOINT_KEYS)
     return CheckpointTotals(seconds=_number(obj, "seconds", "checkpoint."),
                             saves=_int(obj, "saves", 0, 1 << 62, "checkpoint.saves"))
+
+
+def _host_to_device(value: Any) -> CopyTotals:
+    obj = _object(value, "host_to_device", HOST_TO_DEVICE_KEYS)
+    return CopyTotals(seconds=_number(obj, "seconds", "host_to_device."),
+                      copies=_int(obj, "copies", 0, 1 << 62, "host_to_device.copies"))
 
 
 def _gc(value: Any) -> GcTotals:

@@ -321,6 +321,27 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckGpuMemoryGrowing",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+        "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "15m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CUDA memory of rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps growing.",
+        description: "The memory the tensors of rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} hold on its GPU grows {{ $value | humanize1024 }}B per second, more than " + p.gpu_memory_growth_ratio_per_hour_pct + " of the device's memory an hour: at this pace it runs out of GPU memory (CUDA out of memory) in the time `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window + "` shows.",
+        verdict: "GPU memory grows (leak)",
+        advice: "Look for tensors on the GPU kept across steps: `losses.append(loss)` or `total += loss` keep every step's autograd graph and its activations alive; keep `loss.item()` or `loss.detach()` (at logging time, not every step: `.item()` waits for the GPU). Also: outputs, hidden states or predictions collected in a list for the whole epoch (detach them and move them off the GPU, or keep a running metric), a cache of activations or embeddings that only grows, a `retain_graph=True` backward. `torch.cuda.empty_cache()` is no fix: it returns the allocator's unused cached blocks, not memory tensors still hold.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpumemorygrowing",
+      },
+    },
+    {
       alert: "BottleneckCudaAllocatorRetrying",
       expr: std.join('\n', [
         "(",
@@ -656,6 +677,27 @@ function(p) {
         verdict: "memory grows (leak)",
         advice: "Look for tensors kept across steps with their autograd graph: `losses.append(loss)` or `total += loss` keep every step's graph alive; keep `loss.item()` (or `loss.detach()`) instead. Also: metrics or predictions collected in a list for the whole epoch, a cache without a bound, DataLoader workers that copy a Python list dataset page by page (copy-on-read: use numpy arrays).",
         runbook_url: p.runbook_base_url + "#bottleneckmemorygrowing",
+      },
+    },
+    {
+      alert: "BottleneckGpuMemoryGrowing",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+        "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "15m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CUDA memory of rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps growing.",
+        description: "The memory the tensors of rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} hold on its GPU grows {{ $value | humanize1024 }}B per second, more than " + p.gpu_memory_growth_ratio_per_hour_pct + " of the device's memory an hour: at this pace it runs out of GPU memory (CUDA out of memory) in the time `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window + "` shows.",
+        verdict: "GPU memory grows (leak)",
+        advice: "Look for tensors on the GPU kept across steps: `losses.append(loss)` or `total += loss` keep every step's autograd graph and its activations alive; keep `loss.item()` or `loss.detach()` (at logging time, not every step: `.item()` waits for the GPU). Also: outputs, hidden states or predictions collected in a list for the whole epoch (detach them and move them off the GPU, or keep a running metric), a cache of activations or embeddings that only grows, a `retain_graph=True` backward. `torch.cuda.empty_cache()` is no fix: it returns the allocator's unused cached blocks, not memory tensors still hold.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpumemorygrowing",
       },
     },
     {
@@ -997,6 +1039,27 @@ function(p) {
       },
     },
     {
+      alert: "BottleneckGpuMemoryGrowing",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+        "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "15m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CUDA memory of rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps growing.",
+        description: "The memory the tensors of rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} hold on its GPU grows {{ $value | humanize1024 }}B per second, more than " + p.gpu_memory_growth_ratio_per_hour_pct + " of the device's memory an hour: at this pace it runs out of GPU memory (CUDA out of memory) in the time `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window + "` shows.",
+        verdict: "GPU memory grows (leak)",
+        advice: "Look for tensors on the GPU kept across steps: `losses.append(loss)` or `total += loss` keep every step's autograd graph and its activations alive; keep `loss.item()` or `loss.detach()` (at logging time, not every step: `.item()` waits for the GPU). Also: outputs, hidden states or predictions collected in a list for the whole epoch (detach them and move them off the GPU, or keep a running metric), a cache of activations or embeddings that only grows, a `retain_graph=True` backward. `torch.cuda.empty_cache()` is no fix: it returns the allocator's unused cached blocks, not memory tensors still hold.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpumemorygrowing",
+      },
+    },
+    {
       alert: "BottleneckCudaAllocatorRetrying",
       expr: std.join('\n', [
         "(",
@@ -1332,6 +1395,27 @@ function(p) {
         verdict: "memory grows (leak)",
         advice: "Look for tensors kept across steps with their autograd graph: `losses.append(loss)` or `total += loss` keep every step's graph alive; keep `loss.item()` (or `loss.detach()`) instead. Also: metrics or predictions collected in a list for the whole epoch, a cache without a bound, DataLoader workers that copy a Python list dataset page by page (copy-on-read: use numpy arrays).",
         runbook_url: p.runbook_base_url + "#bottleneckmemorygrowing",
+      },
+    },
+    {
+      alert: "BottleneckGpuMemoryGrowing",
+      expr: std.join('\n', [
+        "(",
+        "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+        "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
+        ")",
+        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+      ]),
+      "for": "15m",
+      labels: {
+        severity: "warning",
+      },
+      annotations: {
+        summary: "The CUDA memory of rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps growing.",
+        description: "The memory the tensors of rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} hold on its GPU grows {{ $value | humanize1024 }}B per second, more than " + p.gpu_memory_growth_ratio_per_hour_pct + " of the device's memory an hour: at this pace it runs out of GPU memory (CUDA out of memory) in the time `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window + "` shows.",
+        verdict: "GPU memory grows (leak)",
+        advice: "Look for tensors on the GPU kept across steps: `losses.append(loss)` or `total += loss` keep every step's autograd graph and its activations alive; keep `loss.item()` or `loss.detach()` (at logging time, not every step: `.item()` waits for the GPU). Also: outputs, hidden states or predictions collected in a list for the whole epoch (detach them and move them off the GPU, or keep a running metric), a cache of activations or embeddings that only grows, a `retain_graph=True` backward. `torch.cuda.empty_cache()` is no fix: it returns the allocator's unused cached blocks, not memory tensors still hold.",
+        runbook_url: p.runbook_base_url + "#bottleneckgpumemorygrowing",
       },
     },
     {

@@ -45,6 +45,7 @@ local numbers = [
   "recompiles_per_minute",
   "exposed_collective_ratio",
   "memory_growth_ratio_per_hour",
+  "gpu_memory_growth_ratio_per_hour",
   "cuda_alloc_retries_per_minute",
   "stall_factor",
   "stall_min_seconds",

@@ -33,6 +33,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -211,6 +219,18 @@ function(p) {
       expr: p.memory_growth_ratio_per_hour + " * bottleneck_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
     },
     {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
       expr: "rate(bottleneck_train_cuda_allocator_retries_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
     },
@@ -246,6 +266,14 @@ function(p) {
         "sum without (memory) (rate(bottleneck_train_host_batches_total{" + p.bottleneckExporterSelector_first + "memory=\"pageable\"}[" + p.rate_window + "]))",
         "/",
         "sum without (memory) (rate(bottleneck_train_host_batches_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
       ]),
     },
     {
@@ -425,6 +453,18 @@ function(p) {
     {
       record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
@@ -465,6 +505,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -641,6 +689,18 @@ function(p) {
     {
       record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,
@@ -681,6 +741,14 @@ function(p) {
       ]),
     },
     {
+      record: "job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_host_to_device_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
+      ]),
+    },
+    {
       record: "job_rank:bottleneck_train_data_wait:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
         "sum without (phase) (rate(bottleneck_train_phase_seconds_total{" + p.bottleneckExporterSelector_first + "phase=\"data_wait\"}[" + p.rate_window + "]))",
@@ -857,6 +925,18 @@ function(p) {
     {
       record: "instance:bottleneck_memory_growth_limit:bytes_per_second",
       expr: p.memory_growth_ratio_per_hour + " * node_memory_MemTotal_bytes" + p.nodeExporterSelector_braces + " / 3600",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
+      expr: "deriv(bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+    },
+    {
+      record: "job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv" + p.rate_window,
+      expr: std.join('\n', [
+        "(bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces + ")",
+        "/",
+        "(job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window + " > 0)",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window,

@@ -4,7 +4,8 @@ Reads the push receiver's per-rank series (``bottleneck_train_*``: phases, steps
 step's time), and for the input-bound and IO-bound verdicts the node's storage and loader records. Exposes
 ``AREA``: the ``job_rank`` recording rules and the verdicts of the alert group ``bottleneck-training``
 (input-bound, too few loader workers, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound,
-garbage-collection pauses, blocking checkpoints, long steps, slow start, stalled)::
+garbage-collection pauses, blocking checkpoints, long steps, slow start, memory growing on the host and on
+the GPU, CUDA allocator retries, stalled)::
 
     job_rank:bottleneck_train_data_wait:ratio_rate5m{instance="gpu-node-1:9847",rank="0",training_job="resnet50"} 0.8
     ALERTS{alertname="BottleneckInputBound",alertstate="firing",rank="0",severity="warning",training_job="resnet50"} 1
@@ -42,6 +43,13 @@ RECORDS: tuple[Record, ...] = (
     Record("pageable_batches", f"job_rank:bottleneck_train_pageable_batches:ratio_rate{W}",
            f'sum without (memory) (rate(bottleneck_train_host_batches_total{{memory="pageable"}}[{W}]))\n'
            f"/\nsum without (memory) (rate(bottleneck_train_host_batches_total[{W}]))", "training"),
+    # The share of the data wait the loop spends moving its batches to the device, where the hook times the copy
+    # apart (Lightning's batch_to_device; docs/hook.md, "Host-to-device copies"): from pageable memory the copy
+    # holds the training thread, from pinned memory with non_blocking=True it is only queued.
+    Record("host_to_device", f"job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate{W}",
+           f"rate(bottleneck_train_host_to_device_seconds_total[{W}])\n"
+           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))',
+           "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
            f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
            f'/\n<<stepping>>',
@@ -164,6 +172,15 @@ RECORDS: tuple[Record, ...] = (
     Record("memory_growth_limit", "instance:bottleneck_memory_growth_limit:bytes_per_second",
            "${memory_growth_ratio_per_hour} * bottleneck_memory_total_bytes / 3600", "training",
            {NODE_EXPORTER: "${memory_growth_ratio_per_hour} * node_memory_MemTotal_bytes / 3600"}),
+    # The same for a CUDA rank's tensors: the growth of the memory they hold, read at a step end (the step's
+    # activations freed, so a healthy job reads the same step after step), and at that pace the seconds until
+    # they fill the rank's device. An upper bound: the CUDA context, other processes on the GPU and the
+    # allocator's fragmentation take part of the device before that.
+    Record("cuda_growth", f"job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv{W}",
+           f"deriv(bottleneck_train_cuda_memory_allocated_bytes[{W}])", "training"),
+    Record("cuda_memory_runs_out", f"job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv{W}",
+           "(bottleneck_train_cuda_memory_total_bytes - bottleneck_train_cuda_memory_allocated_bytes)\n"
+           "/\n(<<cuda_growth>> > 0)", "training"),
     # CUDA allocator retries per second: each a cudaMalloc that failed, after which the caching allocator
     # freed its cached blocks (synchronising the device) and tried again.
     Record("cuda_alloc_retries", f"job_rank:bottleneck_train_cuda_allocator_retries:rate{W}",
@@ -287,7 +304,10 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "by sampling whether the loader's batches are pinned (Tensor.is_pinned(), no device call).",
         evidence="`bottleneck_train_host_batches_total` by memory (pinned, pageable), "
         "`bottleneck_train_dataloader_pin_memory`, the forward and data-wait phases in "
-        "`bottleneck_train_phase_seconds_total`.",
+        "`bottleneck_train_phase_seconds_total`; under Lightning, the share of the data wait spent copying the "
+        "batches to the device, `job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate${rate_window}` "
+        "(the callback times the strategy's batch_to_device; a plain loop's own `.to(device)` falls between "
+        "phases and Hugging Face's inside the data wait, untimed: docs/hook.md, \"Host-to-device copies\").",
         compares=("pageable_batches",), threshold="pageable_batches_ratio",
         scope=RANK, unit="percentunit", group="training", tiers=(Tier("info"),),
     ),
@@ -578,6 +598,44 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "`bottleneck_train_cuda_memory_allocated_bytes` per rank.",
         # No threshold line on the dashboards: the limit is a record of each node's memory, not one number.
         scope=("instance", "process", "local_rank"), unit="Bps", group="training",
+    ),
+    Heuristic(
+        name="GpuMemoryGrowing",
+        verdict="GPU memory grows (leak)",
+        expr="<<cuda_growth>>\n> ${gpu_memory_growth_ratio_per_hour} * bottleneck_train_cuda_memory_total_bytes / 3600",
+        # A warm-up's growth (the optimizer's state created at the first step, the caching allocator filling,
+        # cuDNN's and torch.compile's workspaces) ends within minutes: the 5-minute slope is back at zero one
+        # window after it ends, so a warm-up shorter than for: less the window (10 minutes) never holds it.
+        for_="15m",
+        summary="The CUDA memory of rank {{ $labels.rank }} of job {{ $labels.training_job }} keeps growing.",
+        description="The memory the tensors of rank {{ $labels.rank }} of job {{ $labels.training_job }} on "
+        "{{ $labels.instance }} hold on its GPU grows {{ $value | humanize1024 }}B per second, more than "
+        "${gpu_memory_growth_ratio_per_hour:pct} of the device's memory an hour: at this pace it runs out of GPU "
+        "memory (CUDA out of memory) in the time `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:"
+        "deriv${rate_window}` shows.",
+        advice="Look for tensors on the GPU kept across steps: `losses.append(loss)` or `total += loss` keep every "
+        "step's autograd graph and its activations alive; keep `loss.item()` or `loss.detach()` (at logging "
+        "time, not every step: `.item()` waits for the GPU). Also: outputs, hidden states or predictions "
+        "collected in a list for the whole epoch (detach them and move them off the GPU, or keep a running "
+        "metric), a cache of activations or embeddings that only grows, a `retain_graph=True` backward. "
+        "`torch.cuda.empty_cache()` is no fix: it returns the allocator's unused cached blocks, not memory "
+        "tensors still hold.",
+        meaning="A rank whose tensors hold more GPU memory at every step end is leaking on the device: the same "
+        "classic leak as the host's (PyTorch FAQ: tensors kept with their autograd graph), or results kept on the "
+        "GPU. The job ends in a CUDA out-of-memory error, after hours of training lost since its last "
+        "checkpoint, often with allocator retries first (BottleneckCudaAllocatorRetrying). The rate is the "
+        "least-squares slope of `torch.cuda.memory_allocated()` as the hook reads it at step ends, over the "
+        "window; the memory the caching allocator reserves is not judged (it fills in the first minutes and "
+        "stays). The threshold is a share of the rank's own device (a MIG instance's own memory) per hour; a "
+        "growth only in the first minutes (optimizer state, the allocator's warm-up) does not hold for the "
+        "alert's 15 minutes. SageMaker's GPUMemoryIncrease fires on a rise of 5 points; TraceML calls it "
+        "memory creep.",
+        evidence="`bottleneck_train_cuda_memory_allocated_bytes` and `bottleneck_train_cuda_memory_total_bytes` per "
+        "rank, `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv${rate_window}`, "
+        "`bottleneck_train_cuda_memory_reserved_bytes`, `bottleneck_train_cuda_allocator_retries_total`; the "
+        "node's `bottleneck_gpu_memory_used_bytes` for other processes on the GPU.",
+        # No threshold line on the dashboards: the limit is a share of each rank's device, not one number.
+        scope=RANK, unit="Bps", group="training",
     ),
     Heuristic(
         name="CudaAllocatorRetrying",

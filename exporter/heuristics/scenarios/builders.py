@@ -141,13 +141,16 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
          collective: float | None = None, namespace: str = "", pod: tuple[str, str] | None = None,
          gc: float | None = None, checkpoint: float | None = None, long_excess: float | None = None,
          startup: float | None = None, recompiles: float | None = None, warmup_recompiles: int = 0,
-         exposed: float | None = None, cuda_retries: float | None = None) -> list[Series]:
+         exposed: float | None = None, cuda_retries: float | None = None, cuda_growth: float | None = None,
+         cuda_growth_until: int | None = None) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
     outside the phases). Only where given, as only hooks that measure them report them: ``collective``
     (seconds per step in collectives, inside backward), ``exposed`` (the part of it the rank waited, not hidden
-    by compute), ``cuda_retries`` (CUDA allocator retries per minute), ``gc`` (in full collections, generation
+    by compute), ``cuda_retries`` (CUDA allocator retries per minute), ``cuda_growth`` (bytes per second its
+    tensors' CUDA memory grows from the start until the minute ``cuda_growth_until``: 20 GiB at the start, on an
+    80 GiB device, 4 GiB more reserved), ``gc`` (in full collections, generation
     2), ``checkpoint`` (in saves, between steps: part of ``between``), ``long_excess`` (long steps' time above
     the median step), ``startup`` (seconds to the first step) and torch.compile's ``recompiles`` (a minute, from
     the start on) after ``warmup_recompiles`` in the job's first minute. ``stall`` = (first minute without
@@ -208,6 +211,17 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
         out.append(series("bottleneck_train_collective_exposed_seconds_total", labels, progressing(exposed / step)))
     if cuda_retries is not None:
         out.append(series("bottleneck_train_cuda_allocator_retries_total", labels, progressing(cuda_retries / 60)))
+    if cuda_growth is not None:
+        until = cuda_growth_until if cuda_growth_until is not None else tl.length
+        allocated = [None if tl.before(m) else 20 * 2**30 + cuda_growth * 60 * (min(m, until) - tl.start)
+                     for m in range(tl.length + 1)]
+        out += [
+            series("bottleneck_train_cuda_memory_allocated_bytes", labels, allocated),
+            series("bottleneck_train_cuda_memory_reserved_bytes", labels,
+                   [None if value is None else value + 4 * 2**30 for value in allocated]),
+            series("bottleneck_train_cuda_memory_total_bytes", labels,
+                   [None if tl.before(m) else float(80 * 2**30) for m in range(tl.length + 1)]),
+        ]
     out += [
         series("bottleneck_train_steps_total", labels, progressing(1 / step)),
         series("bottleneck_train_step_duration_seconds_sum", labels, progressing(1.0)),

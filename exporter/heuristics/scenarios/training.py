@@ -241,6 +241,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         lambda t: process(t, rss_growth=20 * 2**20, growth_until=4) + node(t)),
     row("MemoryGrowing", NOT_YET, "leaking_job_started_recently",
         lambda t: process(t, rss_growth=10 * 2**20) + node(t), e({**PROC0, "training_job": TRAIN_JOB}, 10 * 2**20)),
+    # 5 % of an 80 GiB device an hour is 1.14 MiB a second.
+    row("GpuMemoryGrowing", FIRES, "predictions_kept_on_the_gpu_for_the_epoch_grow_2_mib_a_second",
+        lambda t: rank(t, cuda_growth=2 * 2**20), e(RANK0, 2 * 2**20)),
+    row("GpuMemoryGrowing", NEAR_MISS, "allocated_grows_0_5_mib_a_second_under_5pct_of_the_gpu_an_hour",
+        lambda t: rank(t, cuda_growth=0.5 * 2**20)),
+    # Optimizer state at the first step and the allocator's warm-up: 12 GiB in 5 minutes, then flat.
+    row("GpuMemoryGrowing", NEAR_MISS, "warm_up_allocations_in_the_first_5_minutes_then_flat_are_no_leak",
+        lambda t: rank(t, cuda_growth=40 * 2**20, cuda_growth_until=5)),
+    row("GpuMemoryGrowing", NEAR_MISS, "a_cpu_rank_sends_no_cuda_memory", lambda t: rank(t, device="cpu")),
+    row("GpuMemoryGrowing", NOT_YET, "gpu_leaking_job_started_recently",
+        lambda t: rank(t, cuda_growth=2 * 2**20), e(RANK0, 2 * 2**20)),
     row("CudaAllocatorRetrying", FIRES, "allocator_frees_its_cache_and_retries_6_times_a_minute",
         lambda t: rank(t, cuda_retries=6), e(RANK0, 6)),
     row("CudaAllocatorRetrying", NEAR_MISS, "one_retry_every_two_minutes",
