@@ -1,14 +1,35 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
     PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer] [--parts]
-                                                    [--auto]
+                                                    [--auto] [--ddp]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
 ``bottleneck_exporter.hook.instrument`` and sends its datagrams (once a second, as by default) to a live Unix socket,
 as with a running exporter. The pairs are spread over ``--rounds`` fresh pairs of setups, built in
 alternating order: one setup runs a few us a step faster than its twin for reasons of its own (where its
-tensors landed in memory), which a single pair would read as the hook's cost. Printed:
+tensors landed in memory), which a single pair would read as the hook's cost.
+
+Every part of the hook is on, and these CPU steps give each something to do (the cheap ways below); the first
+lines printed count what each part saw in the last hooked setup, and the run fails when one saw nothing:
+
+- the phases, the DataLoader, the step ends and the datagrams: the training loop itself;
+- collections (``gc.callbacks``): each step of both setups ends with a young collection (``gc.collect(0)``), as
+  a loop that allocates Python objects has a few a step (without it these steps collect about once in 300);
+- checkpoint saves: both setups save their model's state dict into memory every ``CHECKPOINT_EVERY`` steps,
+  the hooked one through ``torch.save`` (which the hook wraps), the plain one through the function torch had;
+- torch.compile's counters: dynamo is loaded (nothing is compiled: a compilation takes seconds, the callbacks
+  around it microseconds), so every datagram carries the counts;
+- the pin check: the hooked session is told its rank trains on a GPU, so one batch in ``CHECK_EVERY`` is
+  checked for pinned memory as on a CUDA rank (``Tensor.is_pinned()`` answers on the CPU too);
+- start-up: read from /proc when each session starts, sent in every datagram;
+- the collectives and their exposed wait: only with ``--ddp`` (both models in DDP over a one-rank gloo group:
+  each step all-reduces its gradients through the hook's communication hook), a step several times as long;
+- not here: the GPU's event timing and the CUDA allocator's readings (``torch.cuda.memory_stats()`` at each
+  datagram), which need CUDA; ``scripts/device-check`` runs the hook on a CUDA loop.
+
+Process-wide parts (``gc.callbacks``, the save wrapper's clock) are in place only while the hooked setup
+steps, as ``--auto``'s global hooks are: otherwise the plain twin would pay for them too. Printed:
 
 - the median step time of each, and the median of the per-pair differences: the added cost of a typical
   step, which holds no fold and no datagram; and that median per pair of setups, whose spread is that
@@ -43,6 +64,8 @@ outside the timed step) and the plain twin iterates its loader with ``DataLoader
 from __future__ import annotations
 
 import argparse
+import gc
+import io
 import itertools
 import json
 import os
@@ -54,19 +77,26 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch._dynamo  # what the first torch.compile loads: the session then counts compilations
 from torch.utils.data import DataLoader, TensorDataset
 
 from bottleneck_exporter.hook import auto, instrument
+from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.session import Session
 
-# As torch has it, before the automatic instrumentation wraps it: how plain setups iterate their loaders.
+# As torch has them, before the hook wraps them: how plain setups iterate their loaders and save.
 PLAIN_ITER = DataLoader.__iter__
+PLAIN_SAVE = torch.save
+# Steps between two checkpoint saves of each setup: the saves are timed, and a long step the hook counts.
+CHECKPOINT_EVERY = 100
 
 
 class Setup:
-    def __init__(self, address: str | None, without: tuple[str, ...] = (), wrapped_iter: bool = False) -> None:
+    def __init__(self, address: str | None, without: tuple[str, ...] = (), wrapped_iter: bool = False,
+                 ddp: bool = False) -> None:
         torch.manual_seed(0)
-        self.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        self.model = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.001)
         loader: Any = DataLoader(TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1)), batch_size=32)
         if address is not None:
@@ -76,6 +106,10 @@ class Setup:
         self.iterate: Callable[[Any], Iterator[Any]] = PLAIN_ITER if address is None and not wrapped_iter else iter
         self.iterator: Iterator[Any] = self.iterate(loader)
         self.started = 0.0
+        self.steps = 0
+        session = self.session  # started by now: instrument(), or the automatic instrumentation's iter()
+        self.save: Callable[..., None] = PLAIN_SAVE if session is None else torch.save
+        self.gc_clock = None if session is None else engage_every_part(session)
 
     @property
     def session(self) -> Session | None:
@@ -86,6 +120,16 @@ class Setup:
             self.session.close()
 
     def step(self) -> float:
+        clock = self.gc_clock
+        if clock is not None:
+            gc.callbacks.append(clock)
+        try:
+            return self._timed_step()
+        finally:
+            if clock is not None:
+                clock.detach()
+
+    def _timed_step(self) -> float:
         start = self.started = time.perf_counter()
         try:
             x, y = next(self.iterator)
@@ -95,14 +139,51 @@ class Setup:
         self.optimizer.zero_grad()
         torch.nn.functional.mse_loss(self.model(x), y).backward()
         self.optimizer.step()
+        gc.collect(0)
+        self.steps += 1
+        if self.steps % CHECKPOINT_EVERY == 0:
+            self.save(self.model.state_dict(), io.BytesIO())
         return time.perf_counter() - start
+
+
+def engage_every_part(session: Session) -> GcClock:
+    """Give the parts of the hook that CPU steps leave idle something to do (the module's docstring says
+    how): the pin check, told the rank trains on a GPU; the collections' clock, taken out of
+    ``gc.callbacks`` for the hooked setup to put back while it steps. That clock."""
+    session.device = "cuda:0"
+    session._identity_json = ""
+    session.gc.detach()
+    return session.gc
+
+
+def parts_seen(session: Session, collectives: bool) -> str:
+    """What each part of the hook counted in ``session`` (from its datagram), ``collectives`` included; raises
+    when a part sent nothing, or counted nothing that these steps give it to count."""
+    sent = session.payload()
+    counted = {"collections": sum(sent["gc"]["collections"]), "checkpoint saves": sent["checkpoint"]["saves"],
+               "batches pin-checked": sum(sent.get("host_batches", {}).values())}
+    idle = [part for part, count in counted.items() if not count]
+    idle += [part for key, part in (("compile", "torch.compile's counts"), ("startup_seconds", "start-up"))
+             if key not in sent]
+    exposed = sent.get("collective_exposed_seconds")
+    if collectives and exposed is None:
+        idle.append("the collectives' exposed wait")
+    text = ", ".join(f"{count} {part}" for part, count in counted.items())
+    text += (f", {sent.get('compile', {}).get('compiles', 0)} compilations, {sent['long_steps']['count']} long "
+             f"steps, start-up {sent.get('startup_seconds', 0.0):.1f} s")
+    if exposed is not None:
+        text += (f", collectives {sent['phase_seconds']['collective'] * 1e3:.0f} ms "
+                 f"(exposed {exposed * 1e3:.0f} ms)")
+    if idle:
+        raise RuntimeError(f"parts of the hook this benchmark left idle: {', '.join(idle)} ({text})")
+    return text
 
 
 class AutoSetup(Setup):
     """A plain setup measured by a fresh attachment of ``hook.auto``, whose global hooks are in torch's tables
     only while this setup steps: put there before its timed step, taken out after it."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, ddp: bool = False) -> None:
         os.environ["BOTTLENECK_PUSH_ADDRESS"] = address
         auto.detach()
         attached = auto.attach()
@@ -110,7 +191,7 @@ class AutoSetup(Setup):
             raise RuntimeError("the automatic instrumentation did not attach")
         self.auto = attached
         self._out: list[tuple[dict[int, Any], int, Any]] = []
-        super().__init__(None, wrapped_iter=True)  # its iter() starts the session and the model search
+        super().__init__(None, wrapped_iter=True, ddp=ddp)  # its iter() starts the session and the model search
         self._take_out()
 
     @property
@@ -374,13 +455,15 @@ class Rounds:
     for ``pairs // rounds`` steps (why: the module's docstring). The last pair stays for what is measured
     after it."""
 
-    def __init__(self, make: Callable[[], Setup], pairs: int, rounds: int, drain: socket.socket) -> None:
+    def __init__(self, make: Callable[[], Setup], pairs: int, rounds: int, drain: socket.socket,
+                 ddp: bool = False) -> None:
         self.differences: list[float] = []
         self.first_times: list[float] = []
         self.second_times: list[float] = []
         self.medians: list[float] = []  # per round
         for index in range(rounds):
-            first, second = (Setup(None), make()) if index % 2 == 0 else reversed((make(), Setup(None)))
+            first, second = ((Setup(None, ddp=ddp), make()) if index % 2 == 0
+                             else reversed((make(), Setup(None, ddp=ddp))))
             for setup in (first, second):  # warm-up
                 for _ in range(200):
                     setup.step()
@@ -431,6 +514,8 @@ def main() -> None:
                         help="also time each part of a datagram alone, cold and warm (20 s more)")
     parser.add_argument("--auto", action="store_true",
                         help="measure the automatic instrumentation of bottleneck-exporter run, not instrument()")
+    parser.add_argument("--ddp", action="store_true",
+                        help="both models in DDP over a one-rank gloo group: the collectives' timing on too")
     args = parser.parse_args()
     if not 1 <= args.rounds <= args.pairs:
         parser.error("--rounds must be at least 1 and at most --pairs")
@@ -444,11 +529,16 @@ def main() -> None:
         receiver.bind(path)
         receiver.setblocking(False)
         address = f"unix://{path}"
+        if args.ddp:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one rank: no other host to reach
+            torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/group", rank=0, world_size=1)
 
         def hooked_setup() -> Setup:
-            return AutoSetup(address) if args.auto else Setup(address, tuple(args.without))
+            if args.auto:
+                return AutoSetup(address, args.ddp)
+            return Setup(address, tuple(args.without), ddp=args.ddp)
 
-        measured = Rounds(hooked_setup, args.pairs, args.rounds, receiver)
+        measured = Rounds(hooked_setup, args.pairs, args.rounds, receiver, args.ddp)
         hooked = measured.last
         session = hooked.session
         assert session is not None and session.active, "the hooked setup is not measured"
@@ -457,18 +547,24 @@ def main() -> None:
         cold, warm = back_to_back(hooked, session, receiver)
         parts = datagram_parts(hooked, session, receiver) if args.parts else []
         assert not isinstance(hooked, AutoSetup) or hooked.session is session, "it measured more than one session"
+        seen = parts_seen(session, args.ddp and "model" not in args.without)
+        errors = session.errors
         hooked.close()
-        noise = Rounds(lambda: Setup(None), args.pairs, args.rounds, receiver).added
-        plain = Setup(None)
+        noise = Rounds(lambda: Setup(None, ddp=args.ddp), args.pairs, args.rounds, receiver, args.ddp).added
+        plain = Setup(None, ddp=args.ddp)
         penalty = cold_code_penalty(plain, interval)
         pages = page_touch_penalty(plain, interval)
         receiver.close()
+        if args.ddp:
+            torch.distributed.destroy_process_group()
     floor = bookkeeping_only(50000)
 
     print(f"torch {torch.__version__}, {args.pairs} step pairs over {args.rounds} pairs of setups, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
           + "".join(f", hook without the {part}" for part in args.without)
-          + (", the automatic instrumentation (hook.auto) instead of instrument()" if args.auto else ""))
+          + (", the automatic instrumentation (hook.auto) instead of instrument()" if args.auto else "")
+          + (", both models in DDP (one-rank gloo group)" if args.ddp else ""))
+    print(f"the hooked setup's parts saw: {seen}; internal errors: {errors}")
     base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
     print(f"median step with hook:           {statistics.median(measured.second_times) * 1e6:8.1f} us")

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.wire.schema import Snapshot
 from tests.conftest import ROOT, free_port, stop_all
 from tests.datagrams import stepped
+from tests.diagnosis import diagnosed
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]
 
@@ -51,24 +51,16 @@ def diagnose_job(tmp_path: Path, mode: str, *options: str) -> tuple[dict[str, An
     socket_path = tmp_path / "push.sock"
     stop = tmp_path / "stop"
     ranks = start_ranks(socket_path, stop, mode, *options)
-    diag = None
     try:
         stepped(socket_path, ranks, [(JOB, rank) for rank in range(RANKS)], steps=3, timeout=240,
                 check=timed_collectives)
-        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "20",
-                                 "--interval", "1", "--json", f"--push.socket={socket_path}",
-                                 "--collector.disable-defaults"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = diag.communicate(timeout=180)
+        report = diagnosed(socket_path, 20)
     finally:
         stop.touch()
         stop_all(ranks)
-        if diag is not None and diag.poll() is None:
-            diag.kill()
     logs = "\n".join((p.stdout.read() if p.stdout else "")[-2000:] for p in ranks)
-    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
     assert all(p.returncode == 0 for p in ranks), logs
-    return json.loads(out), logs
+    return report, logs
 
 
 def verdicts(report: dict[str, Any], alert: str) -> dict[str, float]:

@@ -3,7 +3,6 @@ job that keeps recompiling: real torch.compile (the eager backend) on CPU, a rea
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bottleneck_exporter import diagnose
 from bottleneck_exporter.hook.compiles import CompileClock, recompiles
 from bottleneck_exporter.verdicts import evaluation
 from tests.conftest import stop_all
 from tests.datagrams import stepped
+from tests.diagnosis import diagnosed
 
 pytestmark = pytest.mark.torch
 
@@ -62,7 +61,6 @@ def test_a_session_never_loads_dynamo_itself() -> None:
 def test_a_job_that_keeps_recompiling_gets_the_verdict_and_a_steady_one_does_not(tmp_path: Path) -> None:
     socket_path, stop = tmp_path / "push.sock", tmp_path / "stop"
     jobs: dict[str, subprocess.Popen[str]] = {}
-    diag = None
     try:
         for shapes in ("steady", "changing"):
             jobs[shapes] = subprocess.Popen(
@@ -71,18 +69,10 @@ def test_a_job_that_keeps_recompiling_gets_the_verdict_and_a_steady_one_does_not
                      "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)},
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         stepped(socket_path, jobs.values(), [(job, 0) for job in jobs], steps=8, timeout=240)
-        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "20",
-                                 "--interval", "1", "--json", f"--push.socket={socket_path}",
-                                 "--collector.disable-defaults"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = diag.communicate(timeout=180)
+        report = diagnosed(socket_path, 20)
     finally:
         stop.touch()
         stop_all(jobs.values())
-        if diag is not None and diag.poll() is None:
-            diag.kill()
-    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
-    report = json.loads(out)
     fired = {v["labels"]["training_job"]: v for v in report["verdicts"] if v["alert"] == "BottleneckKeepsRecompiling"}
     assert set(fired) == {"changing"}, report["verdicts"]
     # A new batch length every four steps, each a recompilation: many a minute. Not at every sample: during a

@@ -8,10 +8,8 @@ healthy one beside them that must get none of their verdicts."""
 from __future__ import annotations
 
 import gc
-import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,14 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bottleneck_exporter import diagnose
 from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import FORWARD, STEP_END, TUNE_STEPS, StepClock
 from bottleneck_exporter.procfs import USER_HZ, read_stat
 from bottleneck_exporter.wire.schema import validate
-from tests.conftest import ROOT
 from tests.datagrams import stepped
+from tests.diagnosis import diagnosed
 
 pytestmark = [pytest.mark.torch, pytest.mark.live]
 
@@ -135,18 +132,8 @@ def test_each_kind_of_lost_time_gets_its_verdict_and_a_healthy_run_none(
     late, others = startups.pop("lost-start"), max(startups.values())
     assert late > START_AFTER and late > others, (late, startups)
     threshold = (late + others) / 2
-    diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", str(WINDOW),
-                             "--interval", "1", "--json", f"--push.socket={socket_path}",
-                             "--collector.disable-defaults", "--set", f"startup_max_seconds={threshold}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = diag.communicate(timeout=WINDOW + 180)
-    finally:
-        if diag.poll() is None:
-            diag.kill()
+    report = diagnosed(socket_path, WINDOW, "--set", f"startup_max_seconds={threshold}")
     assert all(process.poll() is None for process in running.values()), "a trainer exited before the window ended"
-    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
-    report = json.loads(out)
     found: dict[str, dict[str, float]] = {job: {} for job in JOBS}
     for verdict in report["verdicts"]:
         job = verdict["labels"].get("training_job")

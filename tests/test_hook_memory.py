@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from bottleneck_exporter import diagnose
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook.allocator import allocator_readings
 from bottleneck_exporter.push.receiver import PushReceiver
@@ -21,6 +20,7 @@ from bottleneck_exporter.push.store import JobStore
 from bottleneck_exporter.wire.schema import Rejected, validate
 from tests.conftest import ROOT, stop_all
 from tests.datagrams import full_payload, stepped
+from tests.diagnosis import diagnosed
 
 STATS = ROOT / "tests" / "fixtures" / "cuda-memory-stats"
 TRAINER = ROOT / "tests" / "hook_trainer.py"
@@ -104,22 +104,13 @@ def test_a_job_keeping_its_losses_with_their_graphs_is_memory_growing_and_a_heal
         env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": job,
              "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, extra in jobs.items()}
-    diag = None
     try:
         stepped(sock, trainers.values(), [(job, 0) for job in trainers], steps=20, timeout=240)
-        diag = subprocess.Popen([sys.executable, "-m", "bottleneck_exporter", "diagnose", "--window", "45",
-                                 "--interval", "2", "--json", f"--push.socket={sock}", "--collector.disable-defaults",
-                                 "--collector.training", "--collector.memory"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = diag.communicate(timeout=240)
+        report = diagnosed(sock, 45, "--collector.training", "--collector.memory", interval=2)
     finally:
         for job in trainers:
             (tmp_path / f"{job}.stop").touch()
         stop_all(trainers.values())
-        if diag is not None and diag.poll() is None:
-            diag.kill()
-    assert diag.returncode in (diagnose.EXIT_OK, diagnose.EXIT_CRITICAL), err
-    report = json.loads(out)
     growing = {v["labels"].get("training_job"): v["value"] for v in report["verdicts"]
                if v["alert"] == "BottleneckMemoryGrowing"}
     assert set(growing) == {"leaking"}, (report["verdicts"], report["missing"])
