@@ -79,7 +79,10 @@ def probe_module(model: Any) -> Any:
     """The first module inside ``model`` with parameters of its own (a first Linear, Conv or Embedding): where
     a sampled forward looks once more, for an autocast the model's own forward enters (Accelerate's
     ``prepare`` with mixed precision wraps the forward so)."""
-    for index, module in enumerate(model.modules()):
+    modules = getattr(model, "modules", None)  # a module-like object that is no torch.nn.Module has none
+    if modules is None:
+        return None
+    for index, module in enumerate(modules()):
         if index >= _PROBE_SCAN:
             break
         if module is not model and next(iter(module.parameters(recurse=False)), None) is not None:
