@@ -178,6 +178,33 @@ def test_an_autocast_the_model_s_own_forward_enters_counts_and_leaves_no_hook_be
     assert not model.layer._forward_pre_hooks  # each look's hook is removed once the forward returned
 
 
+@pytest.mark.parametrize("regional", [False, True], ids=["whole_model", "first_layer_compiled_in_place"])
+def test_looking_at_a_compiled_model_s_forwards_costs_no_recompilation(
+        regional: bool, rx: tuple[socket.socket, str]) -> None:
+    """Regression: the look from inside (a pre-hook on the first layer) failed dynamo's guards on the module's
+    hooks, and each look recompiled the model (seconds of inductor for a real one)."""
+    sock, address = rx
+    torch._dynamo.reset()  # the other case's compiled code must not be found cached
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    # backend="eager": dynamo's guards without inductor's compile time.
+    if regional:
+        model[0].compile(backend="eager")
+        compiled: torch.nn.Module = model
+    else:
+        compiled = torch.compile(model, backend="eager")  # type: ignore[assignment]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=4), model=compiled, optimizer=optimizer, address=address,
+                        interval=60)
+    train(loader, compiled, optimizer, flush_every=4)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.sampled_forwards == 4
+    # Dynamo's callbacks are attached at the session's first datagram at the latest: an in-place compile that
+    # loaded dynamo after the session was made is counted from then on, its recompilations included.
+    assert sent.compile is not None and sent.compile.recompiles == 0
+    assert regional or sent.compile.compiles == 1
+
+
 def test_a_forward_that_raises_passes_its_error_through_and_leaves_no_hook_behind() -> None:
     class Failing(torch.nn.Module):
         def __init__(self) -> None:

@@ -78,16 +78,29 @@ def dtype_name(parameter: Any) -> str | None:
 def probe_module(model: Any) -> Any:
     """The first module inside ``model`` with parameters of its own (a first Linear, Conv or Embedding): where
     a sampled forward looks once more, for an autocast the model's own forward enters (Accelerate's
-    ``prepare`` with mixed precision wraps the forward so)."""
+    ``prepare`` with mixed precision wraps the forward so). Not with torch.compile (see ``sample``)."""
     modules = getattr(model, "modules", None)  # a module-like object that is no torch.nn.Module has none
     if modules is None:
         return None
+    found = None
     for index, module in enumerate(modules()):
         if index >= _PROBE_SCAN:
             break
-        if module is not model and next(iter(module.parameters(recurse=False)), None) is not None:
-            return module
-    return None
+        # A hook on a module of a torch.compile'd model fails dynamo's guards on its hooks: each look would
+        # recompile it (seconds of inductor). A compiled model, or one with compiled regions, gets no probe.
+        if compiled(module):
+            return None
+        if found is None and module is not model and next(iter(module.parameters(recurse=False)), None) is not None:
+            found = module
+    return found
+
+
+def compiled(module: Any) -> bool:
+    """torch.compile(module)'s wrapper, or a module compiled in place (module.compile())."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    return (wrapper is not None and isinstance(module, wrapper)) or \
+        getattr(module, "_compiled_call_impl", None) is not None
 
 
 class SetupFacts:
