@@ -685,7 +685,8 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "trains in plain float32 leaves most of the GPU's throughput unused. The PyTorch profiler's TensorBoard "
         "plugin recommended AMP when Tensor-Core-eligible kernels ran without Tensor Cores. The hook looks at "
         "the first training forward after each datagram (torch.is_autocast_enabled, outside the model and "
-        "inside its first layer, so an autocast the model's own forward enters counts); models kept in "
+        "inside its first layer, so an autocast the model's own forward enters counts, except in a "
+        "torch.compile'd model, where a hook would cost a recompilation); models kept in "
         "bfloat16 or float16 need no autocast and do not count. Where the GPU collector reads NVML GPM (Hopper "
         "and later), Tensor-Core activity above ${tensor_activity_ratio:pct} on the node (TF32, low-precision "
         "weights) keeps the verdict silent.",
