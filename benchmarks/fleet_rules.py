@@ -488,7 +488,8 @@ def rules_of(paths: list[Path]) -> list[dict[str, Any]]:
 def longest_interval(paths: list[Path], default: str) -> str:
     """The longest ``interval`` of the groups in ``paths`` (``default``, the global one, for a group without):
     the data must last until the slowest group has been evaluated as often as measured."""
-    intervals = [group.get("interval", default) for path in paths for group in yaml.safe_load(path.read_text())["groups"]]
+    groups = [group for path in paths for group in yaml.safe_load(path.read_text())["groups"]]
+    intervals = [group.get("interval", default) for group in groups]
     return max(intervals or [default], key=seconds)
 
 

@@ -91,7 +91,7 @@ def hook_payload(job: str = "job-a", steps: int = 3, loader: bool = True) -> dic
 
 def full_payload(job: str, rank: int) -> dict[str, Any]:
     """A datagram with every optional part (GPU and its allocator, DataLoader, host batches, the collectives'
-    exposed wait, torch.compile): the most series one rank can add."""
+    exposed wait, torch.compile, the setup): the most series one rank can add."""
     payload = hook_payload(job=job)
     payload["rank"] = rank
     payload["gpu"] = {"phase_seconds": {"forward": 0.1, "backward": 0.2, "optimizer": 0.05}, "busy_seconds": 0.35,
@@ -103,4 +103,7 @@ def full_payload(job: str, rank: int) -> dict[str, Any]:
     payload["phase_seconds"]["collective"] = 0.2
     payload["collective_exposed_seconds"] = 0.1  # a gloo DDP rank's
     payload["compile"] = {"compiles": 3, "recompiles": 2, "seconds": 4.5}  # sent once dynamo is loaded
+    payload["setup"] = {"data_parallel_devices": 2, "sampled_forwards": 40, "autocast_forwards": 0,
+                        "loader_iterators": 3, "loader_worker_starts": 3, "process_group_backend": "gloo",
+                        "parameters_dtype": "float32", "compute_capability": 8.0}  # a CUDA rank's, all known
     return payload

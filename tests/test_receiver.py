@@ -305,9 +305,10 @@ def test_no_series_of_the_receiver_carries_prometheus_own_job_or_instance_label(
 
 def test_default_bounds_keep_one_local_user_to_a_node_sized_scrape():
     """Regression: the defaults (32 jobs x 64 ranks) let one local user add 84k series and a 5.9 MB, 1.2 s
-    scrape, while a node runs a handful of ranks. At the defaults now: 8 jobs x 16 ranks, about 64 series a
+    scrape, while a node runs a handful of ranks. At the defaults now: 8 jobs x 16 ranks, about 71 series a
     rank with every optional part (start-up, long steps, checkpoints, collections by generation,
-    torch.compile's counts, the device's memory size and Lightning's batch copies among them)."""
+    torch.compile's counts, the device's memory size, Lightning's batch copies and the setup's seven among
+    them)."""
     conf = push_settings.settings(parse([]), {})
     rx = PushReceiver(JobStore(conf["max-jobs"], conf["max-ranks-per-job"], conf["job-expiry"]))
     for job in range(40):
@@ -318,7 +319,7 @@ def test_default_bounds_keep_one_local_user_to_a_node_sized_scrape():
     text = generate_latest(registry)
     series = [line for line in text.decode().splitlines() if line and not line.startswith("#")]
     assert len(rx.store.ranks()) == 8 * 16
-    assert len(series) < 8500 and len(text) < 1_500_000, (len(series), len(text))
+    assert len(series) < 9500 and len(text) < 1_500_000, (len(series), len(text))
 
 
 def test_ranks_per_job_are_bounded():

@@ -185,6 +185,9 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter(tmp_path: Path) 
         "startup_seconds": 84.2, "long_steps": {"count": 4, "excess_seconds": 2.1, "median_seconds": 0.1},
         "checkpoint": {"seconds": 1.9, "saves": 4}, "gc": {"seconds": [0.01, 0.02, 0.3], "collections": [90, 8, 2]},
         "compile": {"compiles": 3, "recompiles": 2, "seconds": 4.5},
+        "setup": {"data_parallel_devices": 0, "sampled_forwards": 40, "autocast_forwards": 0, "loader_iterators": 3,
+                  "loader_worker_starts": 3, "process_group_backend": "nccl", "parameters_dtype": "float32",
+                  "compute_capability": 8.0},
     }
     assert receiver.handle(json.dumps(datagram).encode())
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
+from bottleneck_exporter.hook.setup import SetupFacts
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT, GpuTimer, StepClock
 
 _MISSING = object()
@@ -34,6 +35,8 @@ class ForwardSession(Protocol):
     grad_enabled: Callable[[], bool]
     clock: StepClock
     gpu: GpuTimer | None
+    setup: SetupFacts
+    seq: int
 
     def check_device(self, model: Any) -> None: ...
     def add_batch(self, batch: Any) -> None: ...
@@ -53,6 +56,7 @@ class TimedForward:
         self.previous = module.__dict__.get(method, _MISSING)
         self.original = getattr(module, method)
         self.__wrapped__ = self.original
+        self.sampled_seq = -1  # the datagram after which a forward was last looked at (hook.setup)
         module.__dict__[method] = self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -79,11 +83,24 @@ class TimedForward:
             session.failed("forward")
         if not timed:
             return self.original(*args, **kwargs)
+        probe = None
+        seq = session.seq
+        if seq != self.sampled_seq:  # the first training forward, then the first after each datagram
+            self.sampled_seq = seq
+            try:
+                probe = session.setup.sample(self.module)
+            except Exception:
+                session.failed("looking at the forward's setup")
         session.in_forward = True
         try:
             return self.original(*args, **kwargs)
         finally:
             session.in_forward = False
+            if probe is not None:
+                try:
+                    probe.remove()
+                except Exception:
+                    session.failed("looking at the forward's setup")
             if session.active:
                 try:
                     # Until the next mark the time is the loss and backward(): it counts as "backward".

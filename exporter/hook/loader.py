@@ -119,7 +119,9 @@ def timed(loader: Any, iterator: Iterator[Any], session: Session) -> _Instrument
         try:
             # Multi-process iterators keep their worker processes in ``_workers`` (started by iter()).
             workers = getattr(iterator, "_workers", None) or ()
-            session.set_loader(loader, [w.pid for w in workers if getattr(w, "pid", None)])
+            pids = [w.pid for w in workers if getattr(w, "pid", None)]
+            session.set_loader(loader, pids)
+            session.setup.started_iterator(pids)
         except Exception:
             session.failed("reading DataLoader workers")
     sizes = None

@@ -40,6 +40,7 @@ from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.identity import identify
 from bottleneck_exporter.hook.pinning import PinCheck
+from bottleneck_exporter.hook.setup import SetupFacts
 from bottleneck_exporter.hook.startup import process_start
 from bottleneck_exporter.hook.timing import (
     OPTIMIZER,
@@ -189,6 +190,7 @@ class Session:
         self.samples = samples
         self.device = "cpu"
         self.pin_check = PinCheck()
+        self.setup = SetupFacts()
         self.gpu: GpuTimer | None = None
         self.collectives: CollectiveClock | None = None
         # What the training thread loses besides its phases: start-up, collections, checkpoint saves.
@@ -424,6 +426,10 @@ class Session:
         or of its own FSDP1 roots when nothing does (``alone``: the caller knows nothing does)."""
         self.device_checked = True
         self.time_collectives(model, find_wrapper=find_wrapper, alone=alone)
+        try:
+            self.setup.inspect(model, find_wrapper=find_wrapper)
+        except Exception:
+            self.failed("reading the model's setup")
         first = next(iter(model.parameters()), None)
         device = getattr(first, "device", None)
         if device is None or device.type != "cuda":
@@ -505,7 +511,7 @@ class Session:
         identity = self._identity_json or self._format_identity()
         settings = self.loader
         loader = (self._loader_json or self._format_loader(settings)) if settings is not None else ""
-        return encode.datagram(identity, numbers, loader)
+        return encode.datagram(identity, numbers, loader + self.setup.encoded())
 
     def _lost_time(self, totals: Totals) -> str:
         """``encode.trainer``'s part, formatted again only when a count in it changed: each of its seconds grows

@@ -9,6 +9,7 @@ Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); expo
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
     bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
     bottleneck_train_gc_seconds_total{training_job="resnet",rank="0",generation="2"} 41.5
+    bottleneck_train_setup_info{training_job="bert",rank="0",process_group_backend="nccl",parameters_dtype="float32"} 1
 
 plus the receiver's own ``bottleneck_push_*`` series. Names follow docs/metrics.md ("push receiver").
 """
@@ -38,6 +39,7 @@ from bottleneck_exporter.wire.schema import (
     STEP_BUCKETS,
     GpuTotals,
     LoaderSettings,
+    SetupFacts,
     Snapshot,
 )
 
@@ -149,6 +151,25 @@ class _RankFamilies:
                                    "failed (a new shape, dtype or Python value).")
         self.compile_seconds = _counter("bottleneck_train_compile_seconds_total",
                                         "Seconds the training thread spent in torch.compile's compilations.")
+        self.setup_info = _gauge("bottleneck_train_setup_info",
+                                 "How the rank is set up: the default process group's backend (\"\" without one) "
+                                 "and the model parameters' dtype; value 1.",
+                                 [*_JR, "process_group_backend", "parameters_dtype"])
+        self.data_parallel = _gauge("bottleneck_train_data_parallel_devices",
+                                    "GPUs a torch.nn.DataParallel wrapper splits the model's batches over "
+                                    "(len(device_ids)); 0 without one.")
+        self.capability = _gauge("bottleneck_train_cuda_compute_capability",
+                                 "Compute capability of the rank's CUDA device (8.0 for an A100); Tensor Cores "
+                                 "from 7.0.")
+        self.sampled_forwards = _counter("bottleneck_train_sampled_forwards_total",
+                                         "Training forwards the hook looked at (the first after each datagram).")
+        self.autocast_forwards = _counter("bottleneck_train_autocast_forwards_total",
+                                          "Of the sampled forwards, those that ran under torch.autocast.")
+        self.iterators = _counter("bottleneck_train_dataloader_iterators_total",
+                                  "DataLoader iterators started (iter(loader), one per epoch).")
+        self.worker_starts = _counter("bottleneck_train_dataloader_worker_starts_total",
+                                      "DataLoader iterators that started new worker processes (every epoch "
+                                      "with persistent_workers=False or a loader built anew).")
 
     def add(self, snap: Snapshot) -> None:
         jr = [snap.job, str(snap.rank)]
@@ -163,6 +184,18 @@ class _RankFamilies:
             for memory, count in snap.host_batches.items():
                 self.host_batches.add_metric([*jr, memory], count)
         self._trainer(snap, jr)
+        if snap.setup is not None:
+            self._setup(snap.setup, jr)
+
+    def _setup(self, setup: SetupFacts, jr: list[str]) -> None:
+        self.setup_info.add_metric([*jr, setup.process_group_backend or "", setup.parameters_dtype or ""], 1.0)
+        self.data_parallel.add_metric(jr, setup.data_parallel_devices)
+        if setup.compute_capability is not None:
+            self.capability.add_metric(jr, setup.compute_capability)
+        self.sampled_forwards.add_metric(jr, setup.sampled_forwards)
+        self.autocast_forwards.add_metric(jr, setup.autocast_forwards)
+        self.iterators.add_metric(jr, setup.loader_iterators)
+        self.worker_starts.add_metric(jr, setup.loader_worker_starts)
 
     def _trainer(self, snap: Snapshot, jr: list[str]) -> None:
         if snap.startup_seconds is not None:
@@ -236,7 +269,8 @@ class _RankFamilies:
                 *self.allocator.values(), *self.loader.values(), self.host_batches, self.info, self.last_step,
                 self.dropped, self.startup, self.long_steps, self.long_excess, self.median, self.checkpoint,
                 self.saves, self.copy_seconds, self.copies, self.gc, self.gc_collections, self.compiles,
-                self.recompiles, self.compile_seconds)
+                self.recompiles, self.compile_seconds, self.setup_info, self.data_parallel, self.capability,
+                self.sampled_forwards, self.autocast_forwards, self.iterators, self.worker_starts)
 
 
 def families(ranks: list[RankState], datagrams: float, rejected: Mapping[str, float],

@@ -102,6 +102,21 @@ def host_batches(pinned: int, pageable: int) -> str:
     return f',"host_batches":{{"pinned":{pinned},"pageable":{pageable}}}'
 
 
+def setup(data_parallel_devices: int, sampled_forwards: int, autocast_forwards: int, loader_iterators: int,
+          loader_worker_starts: int, process_group_backend: str | None, parameters_dtype: str | None,
+          compute_capability: float | None) -> str:
+    """``,"setup":{..}``: how the rank is set up (``hook.setup``), the facts not yet known left out."""
+    facts: dict[str, Any] = {
+        "data_parallel_devices": data_parallel_devices, "sampled_forwards": sampled_forwards,
+        "autocast_forwards": autocast_forwards, "loader_iterators": loader_iterators,
+        "loader_worker_starts": loader_worker_starts,
+    }
+    known = {"process_group_backend": process_group_backend, "parameters_dtype": parameters_dtype,
+             "compute_capability": compute_capability}
+    facts.update((key, value) for key, value in known.items() if value is not None)
+    return ',"setup":' + _ENCODER.encode(facts)
+
+
 def loader(settings: Mapping[str, Any], worker_pids: Sequence[int]) -> str:
     """``,"loader":{..}``: the DataLoader's LOADER_SETTINGS and its workers' PIDs."""
     return ',"loader":' + _ENCODER.encode({**settings, "worker_pids": list(worker_pids)})

@@ -50,7 +50,7 @@ KEYS = ("v", "job", "rank", "local_rank", "world_size", "device", "pid", "seq", 
         "samples", "phase_seconds", "step_buckets")
 OPTIONAL_KEYS = ("kubernetes", "skipped_steps", "collective_dropped_timings", "startup_seconds", "long_steps",
                  "checkpoint", "gc", "compile", "gpu", "loader", "host_batches", "collective_exposed_seconds",
-                 "host_to_device")
+                 "host_to_device", "setup")
 # The keys of host_batches: batches the hook checked on a CUDA rank, by where their host tensors were.
 HOST_MEMORY = ("pinned", "pageable")
 LONG_STEP_KEYS = ("count", "excess_seconds")
@@ -63,6 +63,13 @@ COMPILE_KEYS = ("compiles", "recompiles", "seconds")
 GPU_KEYS = ("phase_seconds", "busy_seconds", "idle_seconds")
 GPU_OPTIONAL_KEYS = ("dropped_timings", *GPU_MEMORY, *GPU_ALLOCATOR)
 LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
+# How the rank is set up (hook.setup): counts since the hook attached, then the facts sent once known.
+SETUP_KEYS = ("data_parallel_devices", "sampled_forwards", "autocast_forwards", "loader_iterators",
+              "loader_worker_starts")
+SETUP_OPTIONAL_KEYS = ("process_group_backend", "parameters_dtype", "compute_capability")
+# torch.distributed.get_backend() ("nccl", "gloo", "cpu:gloo,cuda:nccl") and a dtype's name ("bfloat16"): labels.
+BACKEND_PATTERN = re.compile(r"[a-z0-9_:,]{1,64}")
+DTYPE_PATTERN = re.compile(r"[a-z0-9_]{1,32}")
 
 REASONS = (
     "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
@@ -148,6 +155,20 @@ class CompileTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class SetupFacts:
+    """How the rank is set up, as the hook sees it (hook.setup): what the profilers' setup advice reads."""
+
+    data_parallel_devices: int  # GPUs a torch.nn.DataParallel wrapper splits each batch over; 0 without one
+    sampled_forwards: int  # training forwards the hook looked at (the first after each datagram)
+    autocast_forwards: int  # of those, forwards that ran under torch.autocast
+    loader_iterators: int  # DataLoader iterators started (iter(loader): one per epoch)
+    loader_worker_starts: int  # of those, iterators that started new worker processes
+    process_group_backend: str | None = None  # torch.distributed.get_backend(), once initialised
+    parameters_dtype: str | None = None  # the model's first parameter's dtype ("float32", "bfloat16")
+    compute_capability: float | None = None  # the CUDA device's (8.0 for an A100), on CUDA only
+
+
+@dataclasses.dataclass(frozen=True)
 class KubernetesIdentity:
     """The pod the rank runs in, as the hook sees it from inside ("" for what it could not tell)."""
 
@@ -186,6 +207,7 @@ class Snapshot:
     compile: CompileTotals | None = None  # sent once the training script has loaded torch.compile's dynamo
     # The part of collective_seconds the training thread waited, not hidden by compute (gloo DDP), when sent.
     collective_exposed_seconds: float | None = None
+    setup: SetupFacts | None = None
 
 
 def sanitize_job(name: str) -> str:
@@ -249,6 +271,7 @@ def validate(data: bytes) -> Snapshot:
         compile=_compile(obj["compile"]) if "compile" in obj else None,
         collective_exposed_seconds=_number(obj, "collective_exposed_seconds")
         if "collective_exposed_seconds" in obj else None,
+        setup=_setup(obj["setup"]) if "setup" in obj else None,
     )
     if sum(snapshot.step_buckets) != snapshot.steps:
         raise Rejected("bad_number", "step_buckets do not add up to steps")
@@ -258,6 +281,11 @@ def validate(data: bytes) -> Snapshot:
         raise Rejected("bad_number", "compile.recompiles: more than compiles")
     if snapshot.long_steps is not None and snapshot.long_steps.count > snapshot.steps:
         raise Rejected("bad_number", "long_steps.count: more than steps")
+    if snapshot.setup is not None:
+        if snapshot.setup.autocast_forwards > snapshot.setup.sampled_forwards:
+            raise Rejected("bad_number", "setup.autocast_forwards: more than sampled_forwards")
+        if snapshot.setup.loader_worker_starts > snapshot.setup.loader_iterators:
+            raise Rejected("bad_number", "setup.loader_worker_starts: more than loader_iterators")
     return snapshot
 
 
@@ -306,13 +334,14 @@ def _bool(obj: dict[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def _label(obj: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str:
+def _label(obj: dict[str, Any], key: str, pattern: re.Pattern[str], where: str = "") -> str:
     value = obj[key]
     if not isinstance(value, str):
-        raise Rejected("bad_schema", f"{key}: expected a string")
+        raise Rejected("bad_schema", f"{where}{key}: expected a string")
     if not pattern.fullmatch(value):
-        raise Rejected("bad_label", f"{key}: {value[:40]!r} is too long or has characters outside "
-                       "A-Za-z0-9_.:@+=/-")
+        charset = pattern.pattern.split("]")[0].lstrip("[")
+        raise Rejected("bad_label", f"{where}{key}: {value[:40]!r} is too long or has characters outside "
+                       f"{charset}")
     return value
 
 
@@ -358,6 +387,8 @@ def _gpu(value: Any) -> GpuTotals:
 def _host_batches(obj: dict[str, Any]) -> dict[str, int]:
     counts = _mapping(obj, "host_batches", HOST_MEMORY)
     return {key: _int(counts, key, 0, 1 << 62, f"host_batches.{key}") for key in HOST_MEMORY}
+
+
 def _object(value: Any, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Rejected("bad_schema", f"{key}: expected an object")
@@ -402,6 +433,25 @@ def _compile(value: Any) -> CompileTotals:
     return CompileTotals(compiles=_int(obj, "compiles", 0, 1 << 62, "compile.compiles"),
                          recompiles=_int(obj, "recompiles", 0, 1 << 62, "compile.recompiles"),
                          seconds=_number(obj, "seconds", "compile."))
+
+
+def _setup(value: Any) -> SetupFacts:
+    obj = _object(value, "setup", SETUP_KEYS, SETUP_OPTIONAL_KEYS)
+    counts = {key: _int(obj, key, 0, 1 << 62, f"setup.{key}") for key in SETUP_KEYS if key != "data_parallel_devices"}
+    capability = None
+    if "compute_capability" in obj:
+        capability = _number(obj, "compute_capability", "setup.")
+        if capability > 100:
+            raise Rejected("bad_number", f"setup.compute_capability: {capability} is no CUDA compute capability")
+    return SetupFacts(
+        data_parallel_devices=_int(obj, "data_parallel_devices", 0, 1 << 16, "setup.data_parallel_devices"),
+        **counts,
+        process_group_backend=_label(obj, "process_group_backend", BACKEND_PATTERN, "setup.")
+        if "process_group_backend" in obj else None,
+        parameters_dtype=_label(obj, "parameters_dtype", DTYPE_PATTERN, "setup.")
+        if "parameters_dtype" in obj else None,
+        compute_capability=capability,
+    )
 
 
 def _kubernetes(value: Any) -> KubernetesIdentity:

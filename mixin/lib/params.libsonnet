@@ -58,6 +58,9 @@ local numbers = [
   "cpu_throttled_periods_ratio",
   "cpu_throttled_idle_cores",
   "loader_workers_cores_ratio",
+  "tensor_core_capability",
+  "tensor_activity_ratio",
+  "loader_worker_starts_per_hour",
 ];
 
 local texts = [

@@ -238,6 +238,30 @@ function(p) {
       record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
       expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
     },
+    {
+      record: "job_rank:bottleneck_train_autocast_forwards:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_autocast_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_train_sampled_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
+      record: "instance:bottleneck_gpu_tensor_activity:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        "or on (" + p.cluster_label + ", instance, cause)",
+        "(",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+        "  unless on (" + p.cluster_label + ", instance)",
+        "  max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_dataloader_worker_starts_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 3600",
+    },
   ],
   "node-exporter": [
     {
@@ -473,6 +497,30 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
       expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
+    },
+    {
+      record: "job_rank:bottleneck_train_autocast_forwards:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_autocast_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_train_sampled_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
+      record: "instance:bottleneck_gpu_tensor_activity:max",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        "or on (" + p.cluster_label + ", instance, cause)",
+        "(",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+        "  unless on (" + p.cluster_label + ", instance)",
+        "  max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        ")",
+      ]),
+    },
+    {
+      record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_dataloader_worker_starts_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 3600",
     },
   ],
   "node-exporter-dcgm": [
@@ -710,6 +758,22 @@ function(p) {
       record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
       expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
     },
+    {
+      record: "job_rank:bottleneck_train_autocast_forwards:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_autocast_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_train_sampled_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
+      record: "instance:bottleneck_gpu_tensor_activity:max",
+      expr: "0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+    },
+    {
+      record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_dataloader_worker_starts_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 3600",
+    },
   ],
   "node-exporter-dcgm-only": [
     {
@@ -945,6 +1009,22 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
       expr: "bottleneck_train_cuda_memory_reserved_bytes" + p.bottleneckExporterSelector_braces + " - bottleneck_train_cuda_memory_allocated_bytes" + p.bottleneckExporterSelector_braces,
+    },
+    {
+      record: "job_rank:bottleneck_train_autocast_forwards:ratio_rate" + p.rate_window,
+      expr: std.join('\n', [
+        "rate(bottleneck_train_autocast_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+        "/",
+        "rate(bottleneck_train_sampled_forwards_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
+      ]),
+    },
+    {
+      record: "instance:bottleneck_gpu_tensor_activity:max",
+      expr: "0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+    },
+    {
+      record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,
+      expr: "rate(bottleneck_train_dataloader_worker_starts_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]) * 3600",
     },
   ],
 },

@@ -5,7 +5,7 @@ step's time), and for the input-bound and IO-bound verdicts the node's storage a
 ``AREA``: the ``job_rank`` recording rules and the verdicts of the alert group ``bottleneck-training``
 (input-bound, too few loader workers, IO-bound, launch-bound, GPU imbalance, straggler, communication-bound,
 garbage-collection pauses, blocking checkpoints, long steps, slow start, memory growing on the host and on
-the GPU, CUDA allocator retries, stalled)::
+the GPU, CUDA allocator retries, setup mistakes, stalled)::
 
     job_rank:bottleneck_train_data_wait:ratio_rate5m{instance="gpu-node-1:9847",rank="0",training_job="resnet50"} 0.8
     ALERTS{alertname="BottleneckInputBound",alertstate="firing",rank="0",severity="warning",training_job="resnet50"} 1
@@ -189,6 +189,19 @@ RECORDS: tuple[Record, ...] = (
     Record("cuda_unused_reserved", "job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes",
            "bottleneck_train_cuda_memory_reserved_bytes - bottleneck_train_cuda_memory_allocated_bytes",
            "training"),
+    # The share of the forwards the hook looked at (the first after each datagram) that ran under autocast;
+    # absent (0/0) in a window without any.
+    Record("autocast_share", f"job_rank:bottleneck_train_autocast_forwards:ratio_rate{W}",
+           f"rate(bottleneck_train_autocast_forwards_total[{W}])\n/\n"
+           f"rate(bottleneck_train_sampled_forwards_total[{W}])", "training"),
+    # The busiest Tensor-Core activity among a node's GPUs where NVML GPM measures it (Hopper and later), else 0:
+    # a bundle without the series keeps the verdicts that read it.
+    Record("tensor_core_use", "instance:bottleneck_gpu_tensor_activity:max", "", "training", parts=(
+        "max by (instance) (bottleneck_gpu_tensor_activity_ratio)",
+        "0 * count by (instance) (bottleneck_train_info)")),
+    # DataLoader worker processes started an hour: once for persistent workers, every epoch without them.
+    Record("worker_starts", f"job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate{W}",
+           f"rate(bottleneck_train_dataloader_worker_starts_total[{W}]) * 3600", "training"),
 )
 
 
@@ -300,8 +313,11 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "previous step's compute.",
         meaning="CUDA copies from pageable host memory through a pinned staging buffer, synchronously with "
         "the host: the training thread waits for every batch's copy instead of queueing it, and the GPU idles "
-        "meanwhile. Nsight Systems' cuda_memcpy_async rule flags the same from a trace; the hook sees it live "
-        "by sampling whether the loader's batches are pinned (Tensor.is_pinned(), no device call).",
+        "meanwhile. The usual cause is the DataLoader's default pin_memory=False on a CUDA rank, the setting the "
+        "TensorBoard profiler plugin's setup advice named; judged by the batches, not the setting, a custom "
+        "loader that pins its own tensors is not flagged. Nsight Systems' "
+        "cuda_memcpy_async rule flags the same from a trace; the hook sees it live by sampling whether the "
+        "loader's batches are pinned (Tensor.is_pinned(), no device call).",
         evidence="`bottleneck_train_host_batches_total` by memory (pinned, pageable), "
         "`bottleneck_train_dataloader_pin_memory`, the forward and data-wait phases in "
         "`bottleneck_train_phase_seconds_total`; under Lightning, the share of the data wait spent copying the "
@@ -658,6 +674,121 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "`job_rank:bottleneck_train_cuda_memory_unused_reserved:bytes` (reserved minus allocated).",
         compares=("cuda_alloc_retries",), threshold="cuda_alloc_retries_per_minute",
         scope=RANK, unit="count:retries/min", group="training",
+    ),
+    # -- setup mistakes (the TensorBoard profiler plugin's setup advice) ------------------------------------
+    Heuristic(
+        name="DataParallelInUse",
+        verdict="DataParallel over several GPUs",
+        expr="bottleneck_train_data_parallel_devices > 1",
+        for_="10m",
+        summary="Job {{ $labels.training_job }} trains with torch.nn.DataParallel over {{ $value | humanize }} GPUs.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} wraps its "
+        "model in torch.nn.DataParallel over {{ $value | humanize }} GPUs: one Python thread scatters every batch, "
+        "replicates the model and gathers the outputs on the first GPU each step.",
+        advice="Use DistributedDataParallel, one process per GPU (torchrun --nproc-per-node=N train.py, "
+        "torch.distributed.init_process_group(\"nccl\"), DDP(model, device_ids=[local_rank]) and a "
+        "DistributedSampler); PyTorch's own documentation recommends it over DataParallel even on one node.",
+        meaning="DataParallel runs every GPU from one process: each step it copies the model's parameters to "
+        "every GPU, splits the batch, runs the replicas in threads that share one GIL, and gathers the outputs "
+        "and the gradients on the first GPU, which also holds more memory than the others. It scales poorly "
+        "past two GPUs; DDP's one process per GPU with overlapped all-reduces does not have these costs. The "
+        "PyTorch profiler's TensorBoard plugin recommended DDP whenever DataParallel ran on more than one "
+        "GPU. A DataParallel on the CPU (no device_ids) calls the model as it is and does not count.",
+        evidence="`bottleneck_train_data_parallel_devices` (len(device_ids) of the wrapper, read by the hook at "
+        "the first training forward), the GPUs' utilization (`bottleneck_gpu_utilization_ratio`: the first "
+        "busier than the others) and `bottleneck_train_step_duration_seconds`.",
+        scope=RANK, unit="short", group="training",
+    ),
+    Heuristic(
+        name="SlowCollectiveBackend",
+        verdict="process group not on NCCL while on CUDA",
+        # The share of the step with the rank's collectives in flight (the hook times DDP's and FSDP's), named
+        # with the backend that carries them.
+        expr="<<collective>>\n* on (instance, training_job, rank) group_left (process_group_backend)\n"
+        "max without (parameters_dtype) (\n"
+        '  bottleneck_train_setup_info{process_group_backend!="", process_group_backend!~".*nccl.*"}\n)\n'
+        'and on (instance, training_job, rank) bottleneck_train_info{device=~"cuda.*", world_size!="1"}',
+        for_="10m",
+        summary="Job {{ $labels.training_job }} trains on CUDA with a {{ $labels.process_group_backend }} process "
+        "group.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} keeps its "
+        "model on a CUDA device while its default process group runs on "
+        "{{ $labels.process_group_backend }}, not NCCL: its collectives, in flight "
+        "{{ $value | humanizePercentage }} of every step, copy their tensors to the host and back.",
+        advice="Initialise the process group with NCCL for CUDA tensors: "
+        "torch.distributed.init_process_group(\"nccl\") (or \"cpu:gloo,cuda:nccl\" where CPU tensors need "
+        "collectives too); with torchrun set no backend and PyTorch picks NCCL for CUDA.",
+        meaning="Gloo (and MPI without CUDA awareness) all-reduce CUDA tensors by staging them through host "
+        "memory over TCP, far slower than NCCL's GPU-direct rings over NVLink, PCIe or InfiniBand, and they "
+        "hold the training thread while they do. The PyTorch profiler's TensorBoard plugin recommended NCCL for "
+        "any DDP job on CUDA that was not on it. The hook reads torch.distributed.get_backend() when the model "
+        "first runs and at each DataLoader iterator; a backend string that names nccl for CUDA "
+        "(\"cpu:gloo,cuda:nccl\") is fine, and a job of one rank has no collectives to slow. The value is the "
+        "share of the step with the rank's collectives in flight, where the hook times them (DDP, FSDP): a "
+        "process group that carries none of the training's collectives does not count.",
+        evidence="`bottleneck_train_setup_info` (label process_group_backend), `bottleneck_train_info` (device, "
+        "world_size), `bottleneck_train_phase_seconds_total{phase=\"collective\"}` where the hook times the "
+        "collectives.",
+        scope=RANK, unit="percentunit", group="training",
+    ),
+    Heuristic(
+        name="NoMixedPrecision",
+        verdict="no mixed precision on a GPU with Tensor Cores",
+        expr="bottleneck_train_cuda_compute_capability >= ${tensor_core_capability}\n"
+        "and on (instance, training_job, rank) <<autocast_share>> == 0\n"
+        'and on (instance, training_job, rank) bottleneck_train_setup_info{parameters_dtype="float32"}\n'
+        # Where GPM measures Tensor-Core activity on the node, busy Tensor Cores say the job uses them anyway.
+        "unless on (instance) <<tensor_core_use>> > ${tensor_activity_ratio}",
+        for_="30m",
+        summary="Job {{ $labels.training_job }} trains in float32 on a GPU with Tensor Cores.",
+        description="No training forward of rank {{ $labels.rank }} of job {{ $labels.training_job }} on "
+        "{{ $labels.instance }} ran under torch.autocast over the last ${rate_window}, with float32 parameters, "
+        "on a GPU of compute capability {{ $value | humanize }} (Tensor Cores from ${tensor_core_capability}).",
+        advice="Run the forward and the loss under torch.autocast(\"cuda\", dtype=torch.bfloat16) (Ampere and "
+        "later; float16 with a torch.amp.GradScaler on Volta and Turing), or at least allow TF32 matmuls "
+        "(torch.set_float32_matmul_precision(\"high\")); Lightning: precision=\"bf16-mixed\", Hugging Face: "
+        "bf16=True.",
+        meaning="Tensor Cores run float16 and bfloat16 matrix multiplications (and TF32 on Ampere and later) "
+        "several times faster than float32 on the CUDA cores, and halve the activations' memory; a job that "
+        "trains in plain float32 leaves most of the GPU's throughput unused. The PyTorch profiler's TensorBoard "
+        "plugin recommended AMP when Tensor-Core-eligible kernels ran without Tensor Cores. The hook looks at "
+        "the first training forward after each datagram (torch.is_autocast_enabled, outside the model and "
+        "inside its first layer, so an autocast the model's own forward enters counts, except in a "
+        "torch.compile'd model, where a hook would cost a recompilation); models kept in "
+        "bfloat16 or float16 need no autocast and do not count. Where the GPU collector reads NVML GPM (Hopper "
+        "and later), Tensor-Core activity above ${tensor_activity_ratio:pct} on the node (TF32, low-precision "
+        "weights) keeps the verdict silent.",
+        evidence="`bottleneck_train_autocast_forwards_total` against `bottleneck_train_sampled_forwards_total`, "
+        "`bottleneck_train_cuda_compute_capability`, `bottleneck_train_setup_info` (label parameters_dtype), "
+        "`bottleneck_gpu_tensor_activity_ratio` where GPM is measured.",
+        scope=RANK, unit="short", group="training", tiers=(Tier("info"),),
+    ),
+    Heuristic(
+        name="LoaderWorkersRestarted",
+        verdict="DataLoader workers re-forked every epoch",
+        expr="<<worker_starts>> > ${loader_worker_starts_per_hour}",
+        for_="15m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} starts new DataLoader workers every "
+        "epoch.",
+        description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} started "
+        "{{ $value | humanize }} sets of DataLoader workers an hour over the last ${rate_window} (threshold "
+        "${loader_worker_starts_per_hour}): each start forks the workers again and waits for their first "
+        "batches.",
+        advice="Build the DataLoader once, outside the epoch loop, with persistent_workers=True: its workers and "
+        "their prefetched batches then carry over from one epoch to the next. Where a new loader per epoch is "
+        "needed (a new shard list), keep the workers' start cheap: a light dataset object (open files in "
+        "the worker, worker_init_fn), and prefetch_factor to refill fast.",
+        meaning="Without persistent_workers (the default) every iter(loader), once per epoch, forks num_workers "
+        "new processes, pickles the dataset to them under spawn or forkserver, and waits until they have "
+        "prefetched their first batches; a loader built anew every epoch does the same even with "
+        "persistent_workers=True. With short epochs that start-up comes back every few minutes and shows as "
+        "data wait at each epoch's start (and as long steps). The hook counts the iterators whose worker PIDs "
+        "it had not seen; a training loader and an evaluation loader iterated in turn keep theirs.",
+        evidence="`bottleneck_train_dataloader_worker_starts_total` against "
+        "`bottleneck_train_dataloader_iterators_total`, `bottleneck_train_dataloader_persistent_workers` and "
+        "`..._num_workers`, `bottleneck_train_long_steps_total` (the first steps of each epoch).",
+        compares=("worker_starts",), threshold="loader_worker_starts_per_hour",
+        scope=RANK, unit="count:starts/h", group="training", tiers=(Tier("info"),),
     ),
     Heuristic(
         name="TrainingStalled",

@@ -1,10 +1,11 @@
 """Our collectors' series as the scenario table writes them: a node (host collectors), a GPU (the gpu
-collector), a training rank (the hook's telemetry, through the push receiver), a training process (the
+collector), a training rank (the hook's telemetry, through the push receiver) and its setup, a training process (the
 training collector), XID and ECC counters, collector success and the scrape's ``up``.
 
 One builder per source of series, with the values a healthy node shows unless a scenario says otherwise::
 
     node(t, disk_busy=0.95) + rank(t, data_wait=0.4) + process(t, worker=0.2)
+    rank(t, world_size=4) + setup(t, backend="gloo")
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def gpu(tl: Timeline, index: str = "0", instance: str = INSTANCE, before: Mappin
                [pattern_value(b["thermal"] if tl.before(m) else v["thermal"], m) for m in range(tl.length + 1)]),
         series("bottleneck_gpu_ecc_errors_total", {**labels, "type": "corrected"}, counter(tl, 0.05, 0.05)),
     ]
+    if "tensor" in values:  # NVML GPM: Hopper and later only
+        out.append(series("bottleneck_gpu_tensor_activity_ratio", labels, gauge(tl, v["tensor"], b["tensor"])))
     return out
 
 
@@ -142,7 +145,7 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
          gc: float | None = None, checkpoint: float | None = None, long_excess: float | None = None,
          startup: float | None = None, recompiles: float | None = None, warmup_recompiles: int = 0,
          exposed: float | None = None, cuda_retries: float | None = None, cuda_growth: float | None = None,
-         cuda_growth_until: int | None = None) -> list[Series]:
+         cuda_growth_until: int | None = None, world_size: int = 1) -> list[Series]:
     """One training rank as the push receiver exposes the hook's telemetry; absent before the start.
 
     Times are seconds per step; backward is the rest of the step after ``between`` (the rank's own code
@@ -231,13 +234,45 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
         series("bottleneck_train_last_step_timestamp_seconds", labels, last_step),
         series("bottleneck_train_dataloader_num_workers", labels,
                [None if tl.before(m) else float(num_workers) for m in range(tl.length + 1)]),
-        series("bottleneck_train_info", {**labels, "local_rank": rank_, "world_size": "1", "device": device},
+        series("bottleneck_train_info",
+               {**labels, "local_rank": rank_, "world_size": str(world_size), "device": device},
                [None if tl.before(m) else 1.0 for m in range(tl.length + 1)]),
     ]
     if pod is not None:  # the hook's labels win over the target's (the ServiceMonitor's honorLabels)
         out.append(series("bottleneck_train_kubernetes_info",
                           {**labels, "namespace": pod[0], "pod": pod[1], "container": "trainer"},
                           [None if tl.before(m) else 1.0 for m in range(tl.length + 1)]))
+    return out
+
+
+def setup(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB,
+          data_parallel: int = 0, backend: str = "", dtype: str = "float32", capability: float | None = 8.0,
+          autocast: float = 0.0, worker_starts: float = 0.0) -> list[Series]:
+    """How one rank is set up, as the hook reports it (hook.setup); absent before the start. ``capability``:
+    its CUDA device's (None on the CPU); ``autocast``: the share of the sampled forwards (one a second) under
+    autocast; ``worker_starts``: DataLoader worker sets started an hour, after the first at the start."""
+    labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
+
+    def present(value: float) -> Track:
+        return [None if tl.before(m) else value for m in range(tl.length + 1)]
+
+    def counted(per_second: float, initial: float = 0.0) -> Track:
+        return [None if tl.before(m) else round(initial + per_second * 60 * (m - tl.start), 6)
+                for m in range(tl.length + 1)]
+
+    out = [
+        # An empty label is no label (as Prometheus stores the exporter's process_group_backend="").
+        series("bottleneck_train_setup_info", {**labels, "parameters_dtype": dtype,
+                                               **({"process_group_backend": backend} if backend else {})},
+               present(1.0)),
+        series("bottleneck_train_data_parallel_devices", labels, present(float(data_parallel))),
+        series("bottleneck_train_sampled_forwards_total", labels, counted(1.0, 1.0)),
+        series("bottleneck_train_autocast_forwards_total", labels, counted(autocast, autocast)),
+        series("bottleneck_train_dataloader_iterators_total", labels, counted(worker_starts / 3600, 1.0)),
+        series("bottleneck_train_dataloader_worker_starts_total", labels, counted(worker_starts / 3600, 1.0)),
+    ]
+    if capability is not None:
+        out.append(series("bottleneck_train_cuda_compute_capability", labels, present(capability)))
     return out
 
 

@@ -31,15 +31,21 @@ def enclosing_wrapper(model: Any, frames: int = 64) -> Any:
     """From inside ``model``'s forward: the outermost DDP or FSDP1 module whose forward is running it, if
     any. Who needs it: the Hugging Face Trainer hands its callbacks the unwrapped model, and a user may
     instrument a model before wrapping it in DDP; neither wrapper can be reached from the model itself, but
-    its forward is on the stack. Read once per session (at the first training forward). Only the frames of
-    the wrappers' own ``forward`` have their locals read: on Python 3.11 and 3.12 reading a frame's locals
-    leaves a snapshot of them on the frame, which would keep, say, the training loop's first batch alive."""
+    its forward is on the stack. Read once per session (at the first training forward)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     parallel = sys.modules.get("torch.nn.parallel")
     wrappers = [t for t in (getattr(parallel, "DistributedDataParallel", None), fsdp1.fsdp_class())
                 if t is not None]
+    return outermost_running(model, wrappers, frames + 1)
+
+
+def outermost_running(model: Any, wrappers: list[Any], frames: int = 64) -> Any:
+    """From inside ``model``'s forward: the outermost module of one of the ``wrappers`` classes whose forward
+    is on the stack and contains ``model``, if any. Only the frames of the wrappers' own ``forward`` have their
+    locals read: on Python 3.11 and 3.12 reading a frame's locals leaves a snapshot of them on the frame, which
+    would keep, say, the training loop's first batch alive."""
     forwards = {t.forward.__code__ for t in wrappers}
     found: Any = None
     frame: FrameType | None = sys._getframe(1)

@@ -1,0 +1,285 @@
+"""How a rank is set up, as the hook reads it (bottleneck_exporter.hook.setup), each in a real PyTorch CPU loop:
+a DataParallel on the CPU (no device_ids: no GPUs to count), a gloo process group, forwards under CPU autocast
+and without it, an autocast the model's own forward enters, DataLoader workers forked every epoch against
+persistent ones. The facts go through a real socket and the exporter's receiver, as in production.
+
+The verdicts that read these facts need CUDA (the model's device, the GPU's compute capability); with no GPU
+here, their CUDA sides are exercised by the scenario rows (exporter/heuristics/scenarios/training.py), which
+promtool and the Python evaluator both run.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.session import Session
+from bottleneck_exporter.hook.setup import data_parallel_devices
+from bottleneck_exporter.wire import encode
+from bottleneck_exporter.wire.schema import Rejected, Snapshot, validate
+from tests.datagrams import exported, full_payload, received
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def rx(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    """A receiving socket and the address the hook sends to."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "rx.sock"))
+    sock.setblocking(False)
+    yield sock, f"unix://{tmp_path}/rx.sock"
+    sock.close()
+
+
+def train(loader: object, model: torch.nn.Module, optimizer: torch.optim.Optimizer, flush_every: int = 0,
+          autocast: bool = False) -> None:
+    """One pass over ``loader``; ``flush_every``: send a datagram every that many steps (each makes the next
+    forward one the hook looks at)."""
+    session = loader.bottleneck_session  # type: ignore[attr-defined]
+    for step, (x,) in enumerate(loader):  # type: ignore[attr-defined]
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(x)
+        out.float().sum().backward()
+        optimizer.step()
+        if flush_every and step % flush_every == flush_every - 1:
+            session.flush()
+
+
+def last_sent(session: Session, sock: socket.socket) -> Snapshot:
+    session.flush()
+    datagrams = received(sock)
+    assert datagrams, "the hook sent nothing"
+    return datagrams[-1]
+
+
+def data(size: int = 64) -> TensorDataset:
+    return TensorDataset(torch.randn(size, 4, generator=torch.Generator().manual_seed(0)))
+
+
+def test_dataparallel_on_the_cpu_has_no_device_ids_and_counts_no_gpus(rx: tuple[socket.socket, str]) -> None:
+    sock, address = rx
+    wrapped = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    assert wrapped.device_ids == []  # no CUDA: DataParallel calls the module as it is
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=8), model=wrapped, optimizer=optimizer, address=address)
+    train(loader, wrapped, optimizer)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.data_parallel_devices == 0
+    assert exported(sent, "bottleneck_train_data_parallel_devices") == 0.0
+
+
+def test_the_inner_model_of_a_dataparallel_finds_its_wrapper_on_the_stack(rx: tuple[socket.socket, str]) -> None:
+    """The Hugging Face Trainer hands its callbacks the model a DataParallel wraps: the wrapper is found running
+    it (on the CPU, with no device_ids, it still counts no GPUs)."""
+    sock, address = rx
+    inner = torch.nn.Linear(4, 1)
+    wrapped = torch.nn.DataParallel(inner)
+    optimizer = torch.optim.SGD(inner.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=8), model=inner, optimizer=optimizer, address=address)
+    train(loader, wrapped, optimizer)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.data_parallel_devices == 0 and sent.steps == 8
+
+
+def test_a_dataparallel_counts_the_gpus_its_device_ids_name() -> None:
+    wrapped = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    wrapped.device_ids = [0, 1, 2, 3]  # what DataParallel(model) sets on a node with four GPUs
+    assert data_parallel_devices(wrapped) == 4
+    assert data_parallel_devices(wrapped.module) == 0  # not running inside it: nothing on the stack
+
+
+def test_a_gloo_process_group_is_pushed_and_exported_with_the_model_on_the_cpu(
+        tmp_path: Path, rx: tuple[socket.socket, str]) -> None:
+    sock, address = rx
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = instrument(DataLoader(data(), batch_size=8), model=model, optimizer=optimizer, address=address)
+        train(loader, model, optimizer)
+        sent = last_sent(loader.bottleneck_session, sock)
+        loader.bottleneck_session.close()
+    finally:
+        dist.destroy_process_group()
+    assert sent.setup is not None and sent.setup.process_group_backend == "gloo"
+    assert sent.device == "cpu" and sent.setup.compute_capability is None  # no CUDA: SlowCollectiveBackend cannot hold
+    assert exported(sent, "bottleneck_train_setup_info", process_group_backend="gloo",
+                    parameters_dtype="float32") == 1.0
+
+
+def test_without_a_process_group_the_backend_is_left_out(rx: tuple[socket.socket, str]) -> None:
+    sock, address = rx
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=8), model=model, optimizer=optimizer, address=address)
+    train(loader, model, optimizer)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.process_group_backend is None
+    assert "process_group_backend" not in json.loads(loader.bottleneck_session._datagram())["setup"]
+    assert exported(sent, "bottleneck_train_setup_info", process_group_backend="", parameters_dtype="float32") == 1.0
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["under_cpu_autocast", "without_autocast"])
+def test_forwards_under_autocast_are_told_from_forwards_without(autocast: bool, rx: tuple[socket.socket, str]) -> None:
+    sock, address = rx
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    # No datagram but those flushed (the longest interval): each makes the next forward one to look at.
+    loader = instrument(DataLoader(data(), batch_size=4), model=model, optimizer=optimizer, address=address,
+                        interval=60)
+    train(loader, model, optimizer, flush_every=4, autocast=autocast)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None
+    # The first forward, then the first after each of the 3 datagrams sent within the pass (16 steps).
+    assert sent.setup.sampled_forwards == 4
+    assert sent.setup.autocast_forwards == (4 if autocast else 0)
+    assert exported(sent, "bottleneck_train_autocast_forwards_total") == (4.0 if autocast else 0.0)
+    assert exported(sent, "bottleneck_train_sampled_forwards_total") == 4.0
+
+
+class AutocastInside(torch.nn.Module):
+    """A model whose own forward enters autocast, as Accelerate's prepare() with mixed precision makes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.layer(x)
+
+
+def test_an_autocast_the_model_s_own_forward_enters_counts_and_leaves_no_hook_behind(
+        rx: tuple[socket.socket, str]) -> None:
+    sock, address = rx
+    model = AutocastInside()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    # No datagram but those flushed (the longest interval): each makes the next forward one to look at.
+    loader = instrument(DataLoader(data(), batch_size=4), model=model, optimizer=optimizer, address=address,
+                        interval=60)
+    train(loader, model, optimizer, flush_every=4)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.sampled_forwards == sent.setup.autocast_forwards == 4
+    assert not model.layer._forward_pre_hooks  # each look's hook is removed once the forward returned
+
+
+@pytest.mark.parametrize("regional", [False, True], ids=["whole_model", "first_layer_compiled_in_place"])
+def test_looking_at_a_compiled_model_s_forwards_costs_no_recompilation(
+        regional: bool, rx: tuple[socket.socket, str]) -> None:
+    """Regression: the look from inside (a pre-hook on the first layer) failed dynamo's guards on the module's
+    hooks, and each look recompiled the model (seconds of inductor for a real one)."""
+    sock, address = rx
+    torch._dynamo.reset()  # the other case's compiled code must not be found cached
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    # backend="eager": dynamo's guards without inductor's compile time.
+    if regional:
+        model[0].compile(backend="eager")
+        compiled: torch.nn.Module = model
+    else:
+        compiled = torch.compile(model, backend="eager")  # type: ignore[assignment]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=4), model=compiled, optimizer=optimizer, address=address,
+                        interval=60)
+    train(loader, compiled, optimizer, flush_every=4)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and sent.setup.sampled_forwards == 4
+    # Dynamo's callbacks are attached at the session's first datagram at the latest: an in-place compile that
+    # loaded dynamo after the session was made is counted from then on, its recompilations included.
+    assert sent.compile is not None and sent.compile.recompiles == 0
+    assert regional or sent.compile.compiles == 1
+
+
+def test_a_forward_that_raises_passes_its_error_through_and_leaves_no_hook_behind() -> None:
+    class Failing(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.layer(x)
+            raise ValueError("the model's own error")
+
+    model = Failing()
+    session = Session(job="failing", address="off")
+    session.attach_model(model)
+    with pytest.raises(ValueError, match="the model's own error"):
+        model(torch.randn(2, 4))
+    assert not model.layer._forward_pre_hooks and session.errors == 0
+    session.close()
+
+
+def test_a_loader_rebuilt_every_epoch_forks_its_workers_every_epoch(rx: tuple[socket.socket, str]) -> None:
+    """persistent_workers=False, num_workers=2: three epochs, three iterators, three sets of workers."""
+    sock, address = rx
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        loader = instrument(DataLoader(data(16), batch_size=4, num_workers=2), model=model, optimizer=optimizer,
+                            address=address)
+        train(loader, model, optimizer)
+    sent = last_sent(loader.bottleneck_session, sock)
+    loader.bottleneck_session.close()
+    assert sent.setup is not None and (sent.setup.loader_iterators, sent.setup.loader_worker_starts) == (3, 3)
+    assert exported(sent, "bottleneck_train_dataloader_worker_starts_total") == 3.0
+    assert sent.loader is not None and not sent.loader.persistent_workers and sent.loader.num_workers == 2
+
+
+def test_persistent_workers_start_once_beside_an_evaluation_loader_forked_every_epoch(
+        rx: tuple[socket.socket, str]) -> None:
+    """The training loader's persistent workers keep their PIDs across epochs while a plain evaluation loader,
+    iterated in between, forks its own every time: only the evaluation loader's count as new each epoch."""
+    sock, address = rx
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(16), batch_size=4, num_workers=2, persistent_workers=True), model=model,
+                        optimizer=optimizer, address=address)
+    session = loader.bottleneck_session
+    evaluation = instrument(DataLoader(data(8), batch_size=4, num_workers=2), model=model, session=session)
+    for _ in range(3):
+        train(loader, model, optimizer)
+        with torch.no_grad():
+            for (x,) in evaluation:
+                model(x)
+    sent = last_sent(session, sock)
+    session.close()
+    assert sent.setup is not None and (sent.setup.loader_iterators, sent.setup.loader_worker_starts) == (6, 4)
+
+
+def test_setup_facts_in_a_datagram_are_checked_like_the_rest() -> None:
+    good = full_payload("bert", 0)
+    assert validate(encode.encode(good)).setup is not None
+    bad = [
+        ({"autocast_forwards": 41}, "bad_number", "setup.autocast_forwards: more than sampled_forwards"),
+        ({"loader_worker_starts": 4}, "bad_number", "setup.loader_worker_starts: more than loader_iterators"),
+        ({"process_group_backend": "gloo\"} 1"}, "bad_label", "setup.process_group_backend"),
+        ({"parameters_dtype": 16}, "bad_schema", "setup.parameters_dtype: expected a string"),
+        ({"compute_capability": 800.0}, "bad_number", "setup.compute_capability"),
+        ({"data_parallel_devices": -1}, "bad_number", "setup.data_parallel_devices"),
+        ({"threads": 4}, "bad_schema", "setup.threads: unknown key"),
+    ]
+    for change, reason, detail in bad:
+        payload = {**good, "setup": {**good["setup"], **change}}
+        with pytest.raises(Rejected, match=detail) as caught:
+            validate(encode.encode(payload))
+        assert caught.value.reason == reason, change
+    missing = {**good, "setup": {k: v for k, v in good["setup"].items() if k != "sampled_forwards"}}
+    with pytest.raises(Rejected, match=r"setup\.sampled_forwards: missing"):
+        validate(encode.encode(missing))
+    older = {k: v for k, v in good.items() if k != "setup"}  # a hook from before the setup facts
+    assert validate(encode.encode(older)).setup is None
