@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -388,13 +389,16 @@ def query(base: str, expr: str) -> list[dict[str, Any]]:
     return list(_query(base, {"query": expr})["result"])
 
 
-def samples_read(base: str, groups: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def samples_read(base: str, groups: list[dict[str, Any]], data_end: float) -> dict[str, dict[str, int]]:
     """Rule group → rule → the samples its expression reads (``totalQueryableSamples``), queried again at the
-    group's last evaluation. Unlike its duration, this does not depend on how loaded the machine is."""
+    group's last evaluation, or at the data's end where that evaluation came after it (groups slower than their
+    interval fall behind). Unlike its duration, this does not depend on how loaded the machine is."""
     out: dict[str, dict[str, int]] = {}
     for group in groups:
+        last = datetime.datetime.fromisoformat(group["lastEvaluation"]).timestamp()
+        at = f"{min(last, data_end):.3f}"
         for rule in group["rules"]:
-            data = _query(base, {"query": rule["query"], "time": group["lastEvaluation"], "stats": "all"})
+            data = _query(base, {"query": rule["query"], "time": at, "stats": "all"})
             read = out.setdefault(group["name"], {})
             # An alert's severity tiers share its name: their samples add up.
             read[rule["name"]] = read.get(rule["name"], 0) + int(data["stats"]["samples"]["totalQueryableSamples"])
@@ -578,7 +582,7 @@ def measure(name: str, paths: list[Path], block: Path, workdir: Path, evaluation
         assert cpu_from is not None
         cpu_rate = (cpu - cpu_from[1]) / (time.monotonic() - cpu_from[0])
         return Measured(durations, shortest, cpu_rate * shortest, recorded, alerts, fill, costliest,
-                        samples_read(base, rules))
+                        samples_read(base, rules, data[1] - 1))
     finally:
         proc.terminate()
         proc.wait(timeout=60)

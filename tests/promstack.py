@@ -147,6 +147,12 @@ class Prometheus(Process):
     def alerts(self) -> list[dict[str, Any]]:
         return list(requests.get(f"{self.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"])
 
+    def rule_errors(self) -> dict[str, str]:
+        """{rule name: its last evaluation's error} of every rule whose last evaluation failed."""
+        groups = requests.get(f"{self.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        return {rule["name"]: rule.get("lastError", "") for group in groups for rule in group["rules"]
+                if rule.get("health") == "err"}
+
 
 class Alertmanager(Process):
     def __init__(self, workdir: Path, config: Path) -> None:

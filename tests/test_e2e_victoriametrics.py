@@ -135,7 +135,9 @@ def test_input_bound_run_fires_the_same_alerts_in_vmalert_over_victoriametrics_a
         try:
             wait_until(same_records, 60, "every record to hold the same series in VictoriaMetrics as in Prometheus")
         except AssertionError as err:
-            raise AssertionError(f"{err}\nrecord: (only in Prometheus, only in VictoriaMetrics): {last[0]}") from None
+            raise AssertionError(f"{err}\nrecord: (only in Prometheus, only in VictoriaMetrics): {last[0]}\n"
+                                 f"rules failing in Prometheus: {prometheus.rule_errors()}") from None
+        assert prometheus.rule_errors() == {}
     finally:
         for process in reversed(started):
             process.stop()
