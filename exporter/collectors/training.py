@@ -12,7 +12,8 @@ LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start ti
 
 The CPU limit of the cgroups the trainer and its workers run in, and how often it throttles them, come from
 ``bottleneck_exporter.training.throttling``; a cgroup file that is missing or garbled costs only that trainer's
-throttling series, counted in ``bottleneck_training_cgroup_read_errors_total``.
+throttling series, counted in ``bottleneck_training_cgroup_read_errors_total``. Trainers under the same limit
+(the ranks of one container) share it: each one's share is in ``bottleneck_training_cpu_limit_share_cores``.
 """
 
 from __future__ import annotations
@@ -173,6 +174,10 @@ class TrainingCollector:
         limit = GaugeMetricFamily("bottleneck_training_cpu_limit_cores",
                                   "CPU limit (CFS quota / period, in cores) of the cgroups the trainer and its "
                                   "workers run in; absent when none of them has a limit.", labels=_LABELS)
+        limit_share = GaugeMetricFamily("bottleneck_training_cpu_limit_share_cores",
+                                        "The trainer's share of its CPU limit (cores): the limit divided among "
+                                        "the trainers found under the same limit (ranks of one container share "
+                                        "it); absent when none of its cgroups has a limit.", labels=_LABELS)
         periods = CounterMetricFamily("bottleneck_training_cpu_periods_total",
                                       "CFS enforcement periods in which the trainer's cgroups had tasks to run "
                                       "(cpu.stat nr_periods).", labels=_LABELS)
@@ -190,6 +195,10 @@ class TrainingCollector:
                                                    "left out of that scrape.")
         cgroup_errors_family.add_metric([], cgroup_errors)
 
+        # Ranks that torchrun starts in one container all run under that container's (or pod's) limit.
+        sharing: dict[frozenset[str], int] = {}
+        for limited in throttled.values():
+            sharing[limited.limited_by] = sharing.get(limited.limited_by, 0) + 1
         for trainer, ledger in reported:
             base = list(labels[trainer.identity])
             info.add_metric([*base, trainer.job, trainer.discovered_by], 1.0)
@@ -212,12 +221,13 @@ class TrainingCollector:
             if throttling is not None:
                 if throttling.limit_cores is not None:
                     limit.add_metric(base, throttling.limit_cores)
+                    limit_share.add_metric(base, throttling.limit_cores / sharing[throttling.limited_by])
                 periods.add_metric(base, throttling.periods)
                 throttled_periods.add_metric(base, throttling.throttled_periods)
                 throttled_seconds.add_metric(base, throttling.throttled_seconds)
 
-        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers, limit, periods,
-                    throttled_periods, throttled_seconds)
+        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers, limit, limit_share,
+                    periods, throttled_periods, throttled_seconds)
         label_pods(families, {labels[identity]: pod for identity, pod in pods.items()}, tuple(_LABELS), info)
         for family in families:
             if family.samples:
