@@ -92,12 +92,12 @@ function(p) {
       ]),
     },
     {
-      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      record: "job_rank:bottleneck_training_cpu_limit_share_cores:max",
       expr: std.join('\n', [
         "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
         "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
         "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
-        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_share_cores" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -118,17 +118,15 @@ function(p) {
       expr: std.join('\n', [
         "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
         "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
-        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+        "(job_rank:bottleneck_training_cpu_limit_share_cores:max - 1)",
       ]),
     },
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "min without (cores) (",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
-        "  or",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
-        ")",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {
@@ -296,12 +294,12 @@ function(p) {
       ]),
     },
     {
-      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      record: "job_rank:bottleneck_training_cpu_limit_share_cores:max",
       expr: std.join('\n', [
         "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
         "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
         "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
-        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_share_cores" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -322,17 +320,15 @@ function(p) {
       expr: std.join('\n', [
         "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
         "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
-        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+        "(job_rank:bottleneck_training_cpu_limit_share_cores:max - 1)",
       ]),
     },
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "min without (cores) (",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
-        "  or",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
-        ")",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {
@@ -500,12 +496,12 @@ function(p) {
       ]),
     },
     {
-      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      record: "job_rank:bottleneck_training_cpu_limit_share_cores:max",
       expr: std.join('\n', [
         "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
         "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
         "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
-        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_share_cores" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -526,17 +522,15 @@ function(p) {
       expr: std.join('\n', [
         "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
         "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
-        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+        "(job_rank:bottleneck_training_cpu_limit_share_cores:max - 1)",
       ]),
     },
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "min without (cores) (",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
-        "  or",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
-        ")",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {
@@ -704,12 +698,12 @@ function(p) {
       ]),
     },
     {
-      record: "job_rank:bottleneck_training_cpu_limit_cores:max",
+      record: "job_rank:bottleneck_training_cpu_limit_share_cores:max",
       expr: std.join('\n', [
         "max by (" + p.cluster_label + ", instance, job, training_job, rank) (",
         "  0 * bottleneck_train_info" + p.bottleneckExporterSelector_braces,
         "  + on (" + p.cluster_label + ", instance, local_rank) group_left ()",
-        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_cores" + p.bottleneckExporterSelector_braces + ")",
+        "  max by (" + p.cluster_label + ", instance, local_rank) (bottleneck_training_cpu_limit_share_cores" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -730,17 +724,15 @@ function(p) {
       expr: std.join('\n', [
         "0 * bottleneck_train_dataloader_num_workers" + p.bottleneckExporterSelector_braces,
         "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left ()",
-        "(job_rank:bottleneck_training_cpu_limit_cores:max - 1)",
+        "(job_rank:bottleneck_training_cpu_limit_share_cores:max - 1)",
       ]),
     },
     {
       record: "job_rank:bottleneck_train_loader_cores_left:rate" + p.rate_window,
       expr: std.join('\n', [
-        "min without (cores) (",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window + ", \"cores\", \"idle\", \"\", \"\")",
-        "  or",
-        "  label_replace(job_rank:bottleneck_train_loader_cores_within_limit:max, \"cores\", \"limit\", \"\", \"\")",
-        ")",
+        "job_rank:bottleneck_train_loader_cores_within_limit:max",
+        "or",
+        "job_rank:bottleneck_train_loader_cores_with_idle:rate" + p.rate_window,
       ]),
     },
     {

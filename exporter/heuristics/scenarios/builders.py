@@ -227,12 +227,14 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
 def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
             workers_cpu: float | None = None, cpu_limit: float | None = None,
-            throttled: float = 0.0, rss_growth: float | None = None, growth_until: int | None = None) -> list[Series]:
+            limit_sharers: int = 1, throttled: float = 0.0, rss_growth: float | None = None,
+            growth_until: int | None = None) -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
 
     ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
     together) adds the workers' CPU time counter. ``cpu_limit`` (cores) adds its cgroup's CFS bandwidth:
-    100 ms periods, the share ``throttled`` of them throttled. ``rss_growth`` (bytes per second, from the start
+    100 ms periods, the share ``throttled`` of them throttled, the limit shared by ``limit_sharers`` trainers
+    (the ranks of one container). ``rss_growth`` (bytes per second, from the start
     until the minute ``growth_until``) adds its resident memory, 4 GiB at the start."""
     target = {"instance": instance, "job": EXPORTER_JOB}
     proc = {"process": "train.py", "local_rank": local_rank}
@@ -259,6 +261,8 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
         periods = 10.0  # per second: the default 100 ms period, with runnable tasks in every one
         out += [
             series("bottleneck_training_cpu_limit_cores", {**target, **proc}, present(cpu_limit)),
+            series("bottleneck_training_cpu_limit_share_cores", {**target, **proc},
+                   present(cpu_limit / limit_sharers)),
             series("bottleneck_training_cpu_periods_total", {**target, **proc}, counter(tl, periods)),
             series("bottleneck_training_cpu_throttled_periods_total", {**target, **proc},
                    counter(tl, throttled * periods)),
