@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,8 @@ from bottleneck_exporter.collectors.orchestrator import Orchestrator
 from bottleneck_exporter.training.registry import RegisteredProcess, TrainingRegistry
 from bottleneck_exporter.verdicts.evaluation import evaluate
 from bottleneck_exporter.verdicts.sampling import InProcessSource, Sampler
-from tests.conftest import FIXTURES, ROOT, require_tool, wait_until
+from tests.cgroups import cpu_limited_cgroup, move_into
+from tests.conftest import FIXTURES, ROOT, require_tool
 
 CGROUP = FIXTURES / "cgroup"
 KUBE_CGROUPS = FIXTURES / "kube" / "cgroup"
@@ -37,6 +38,7 @@ GOLDEN = ROOT / "tests" / "golden" / "throttling.prom"
 GOLDEN_HEADER = "# Regenerate: .venv/bin/pytest tests/test_throttling.py -m golden --update-golden\n"
 
 LIMIT = "bottleneck_training_cpu_limit_cores"
+LIMIT_SHARE = "bottleneck_training_cpu_limit_share_cores"
 PERIODS = "bottleneck_training_cpu_periods_total"
 THROTTLED_PERIODS = "bottleneck_training_cpu_throttled_periods_total"
 THROTTLED_SECONDS = "bottleneck_training_cpu_throttled_seconds_total"
@@ -123,6 +125,7 @@ def test_v2_limit_on_the_pods_slice_throttles_the_container_below_it(tmp_path: P
     # The container's scope has no limit (cpu.max "max"): the pod's slice above it has 4 cores and the counts.
     assert throttling(snap, TRAINER) == {LIMIT: 4.0, PERIODS: 12000, THROTTLED_PERIODS: 3000,
                                          THROTTLED_SECONDS: 450.0}
+    assert value(snap, LIMIT_SHARE, TRAINER) == 4.0, "the one trainer under that limit"
     # The root cgroup has neither cpu.max nor bandwidth counts: no limit, nothing throttled.
     assert throttling(snap, ROOTED) == {LIMIT: None, PERIODS: 0, THROTTLED_PERIODS: 0, THROTTLED_SECONDS: 0.0}
     assert value(snap, ERRORS) == 0
@@ -155,6 +158,18 @@ def test_a_worker_in_another_cgroup_adds_its_counts_once(tmp_path: Path) -> None
     # 4242 and 4301 share the pod's limit (counted once); 4300's own cgroup of 1 core adds to it.
     assert throttling(snap, TRAINER) == {LIMIT: 5.0, PERIODS: 12100, THROTTLED_PERIODS: 3010,
                                          THROTTLED_SECONDS: 452.0}
+    assert value(snap, LIMIT_SHARE, TRAINER) == 5.0
+
+
+def test_trainers_in_one_container_share_its_limit(tmp_path: Path) -> None:
+    """Regression: each of the ranks torchrun starts in one container was given the container's whole limit (the
+    TooFewLoaderWorkers verdict then named that many workers for each of them)."""
+    node = Node(tmp_path, "v2")
+    node.write_cgroup(ROOT_PIDS, (KUBE_CGROUPS / "v2-static-pod.cgroup").read_text())
+    snap = scrape(node.collector())
+    for trainer in (TRAINER, ROOTED):
+        assert (value(snap, LIMIT, trainer), value(snap, LIMIT_SHARE, trainer)) == (4.0, 2.0)
+    assert throttling(snap, ROOTED)[PERIODS] == 12000, "the cgroup's own counts, not divided"
 
 
 def _break_pod_stat_into_a_directory(node: Node) -> None:
@@ -208,43 +223,6 @@ def test_no_cpu_hierarchy_mounted_means_no_throttling_series_and_no_error(tmp_pa
 
 # ---- a real cgroup on this machine ----
 
-CPU_V1 = Path("/sys/fs/cgroup/cpu")
-CPU_V2 = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
-
-
-@contextmanager
-def cpu_limited_cgroup(cores: float) -> Iterator[Path]:
-    """A child cgroup of the cpu controller's root with a CFS quota of ``cores`` (root creates it; cgroup v1's
-    cpu hierarchy where mounted, else v2's). Processes still in it at the end go back to the root."""
-    name = f"bottleneck-test-{os.getpid()}-{threading.get_ident() % 10000}"
-    if (CPU_V1 / "cpu.cfs_quota_us").exists():
-        root, path = CPU_V1, CPU_V1 / name
-        path.mkdir()
-        (path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
-        (path / "cpu.cfs_quota_us").write_text(f"{round(cores * PERIOD_US)}\n")
-    else:
-        assert "cpu" in (CPU_V2 / "cgroup.controllers").read_text().split(), "no cgroup cpu controller here"
-        root, path = CPU_V2, CPU_V2 / name
-        (CPU_V2 / "cgroup.subtree_control").write_text("+cpu\n")
-        path.mkdir()
-        (path / "cpu.max").write_text(f"{round(cores * PERIOD_US)} {PERIOD_US}\n")
-    try:
-        yield path
-    finally:
-        def emptied() -> bool:
-            for pid in (path / "cgroup.procs").read_text().split():
-                with suppress(ProcessLookupError):  # it exited meanwhile
-                    (root / "cgroup.procs").write_text(pid)
-            try:
-                path.rmdir()
-            except OSError:
-                return False
-            return True
-
-        wait_until(emptied, 10, f"cgroup {path} removed")
-
-
 def cpu_stat(cgroup: Path) -> dict[str, int]:
     """The kernel's own cpu.stat, read here independently of the exporter."""
     lines = (cgroup / "cpu.stat").read_text().splitlines()
@@ -269,14 +247,6 @@ def tiny_training(tmp_path: Path, workers: int) -> Iterator[tuple[subprocess.Pop
         except subprocess.TimeoutExpired:
             trainer.kill()
             trainer.wait()
-
-
-def move_into(cgroup: Path, trainer: subprocess.Popen[str]) -> list[int]:
-    """The trainer and its DataLoader workers moved into ``cgroup``; returns the workers' PIDs."""
-    children = Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split()
-    for pid in [str(trainer.pid), *children]:
-        (cgroup / "cgroup.procs").write_text(pid)
-    return [int(pid) for pid in children]
 
 
 def live_collectors(*names: str) -> dict[str, Collector]:

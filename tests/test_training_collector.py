@@ -272,6 +272,20 @@ def test_process_vanishing_mid_read_does_not_fail_the_scrape(tmp_path: Path) -> 
                                             "discovered_by": "gpu"}) == 1
 
 
+def test_a_garbled_cpu_list_costs_that_trainers_allowed_cpus_only_and_is_logged_naming_the_key(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    proc = tmp_path / "proc"
+    shutil.copytree(TRAINING / "proc-t0", proc, symlinks=True)
+    status = proc / "4242" / "status"
+    status.write_text(status.read_text().replace("Cpus_allowed_list:\t0-7", "Cpus_allowed_list:\t7-0"))
+    registry = as_registry(training_collector(proc, fixture_registry()))
+    trainer, other = {"process": "train.py", "local_rank": "0"}, {"process": "main.py", "local_rank": "3"}
+    assert registry.get_sample_value("bottleneck_training_allowed_cpus", trainer) is None
+    assert registry.get_sample_value(WORKERS, trainer) == 2, "its other series stay"
+    assert registry.get_sample_value("bottleneck_training_allowed_cpus", other) == 8
+    assert "4242/status: Cpus_allowed_list: expected a list" in caplog.text
+
+
 @pytest.mark.parametrize(("argv", "comm", "expected"), [
     (["python3", "train.py", "--lr", "1"], "python3", "train.py"),
     (["/usr/bin/python3.11", "-u", "-X", "dev", "/src/job/pretrain_gpt.py"], "python3.11", "pretrain_gpt.py"),

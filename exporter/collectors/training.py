@@ -12,7 +12,9 @@ LOCAL_RANK; two trainers that would share both get ``#2``, ``#3``... by start ti
 
 The CPU limit of the cgroups the trainer and its workers run in, and how often it throttles them, come from
 ``bottleneck_exporter.training.throttling``; a cgroup file that is missing or garbled costs only that trainer's
-throttling series, counted in ``bottleneck_training_cgroup_read_errors_total``.
+throttling series, counted in ``bottleneck_training_cgroup_read_errors_total``. Trainers under the same limit
+(the ranks of one container) share it: each one's share is in ``bottleneck_training_cpu_limit_share_cores``.
+The CPUs a trainer may run on (``Cpus_allowed_list``) are counted in ``bottleneck_training_allowed_cpus``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from bottleneck_exporter.collectors.base import Context, register
 from bottleneck_exporter.kube.processes import ProcessPods, label_pods
 from bottleneck_exporter.options import Option, parse_bool, parse_positive_int, parse_regex
-from bottleneck_exporter.procfs import USER_HZ, ProcParseError, read_uptime
+from bottleneck_exporter.procfs import USER_HZ, ProcParseError, read_allowed, read_uptime
 from bottleneck_exporter.training.discovery import DEFAULT_CMDLINE_INCLUDE, Discovery, Trainer
 from bottleneck_exporter.training.ledger import ROLES, TrainerLedger, sample_trainer
 from bottleneck_exporter.training.throttling import Throttling, ThrottlingReader
@@ -89,6 +91,7 @@ class TrainingCollector:
         self.throttling = ThrottlingReader(ctx.procfs, ctx.sysfs)
         self._cgroup_errors = 0
         self._cgroup_failing: set[tuple[int, int]] = set()  # trainers whose cgroup error is logged already
+        self._status_failing: set[tuple[int, int]] = set()  # trainers whose garbled CPU list is logged already
         # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
         self._lock = threading.Lock()
 
@@ -133,11 +136,31 @@ class TrainingCollector:
         self._cgroup_failing &= {trainer.identity for trainer, _ in reported}
         return found
 
+    def _allowed(self, reported: list[tuple[Trainer, TrainerLedger]]) -> dict[tuple[int, int], int]:
+        """Per trainer, the CPUs its main thread may run on (taskset, a cpuset cgroup: docker --cpuset-cpus,
+        Slurm's task/cgroup, the kubelet's static CPU manager), which the workers it forks inherit; none for a
+        trainer gone, or whose list does not parse (logged once until it parses again)."""
+        found: dict[tuple[int, int], int] = {}
+        for trainer, _ in reported:
+            try:
+                allowed = read_allowed(self.procfs, trainer.pid)
+            except ProcParseError as error:
+                if trainer.identity not in self._status_failing:
+                    log.warning("no allowed CPUs for %s (pid %d): %s", trainer.process, trainer.pid, error)
+                    self._status_failing.add(trainer.identity)
+                continue
+            self._status_failing.discard(trainer.identity)
+            if allowed is not None and allowed.cpus:
+                found[trainer.identity] = len(allowed.cpus)
+        self._status_failing &= {trainer.identity for trainer, _ in reported}
+        return found
+
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             reported = self._sample()
             pods = self.pods.identify((trainer.identity, trainer.pid) for trainer, _ in reported)
             throttled = self._throttling(reported)
+            allowed = self._allowed(reported)
             cgroup_errors = self._cgroup_errors
         labels = disambiguate([trainer for trainer, _ in reported])
 
@@ -173,6 +196,14 @@ class TrainingCollector:
         limit = GaugeMetricFamily("bottleneck_training_cpu_limit_cores",
                                   "CPU limit (CFS quota / period, in cores) of the cgroups the trainer and its "
                                   "workers run in; absent when none of them has a limit.", labels=_LABELS)
+        limit_share = GaugeMetricFamily("bottleneck_training_cpu_limit_share_cores",
+                                        "The trainer's share of its CPU limit (cores): the limit divided among "
+                                        "the trainers found under the same limit (ranks of one container share "
+                                        "it); absent when none of its cgroups has a limit.", labels=_LABELS)
+        allowed_cpus = GaugeMetricFamily("bottleneck_training_allowed_cpus",
+                                         "CPUs the trainer may run on (its main thread's Cpus_allowed_list: "
+                                         "taskset, a cpuset cgroup), which the workers it forks inherit.",
+                                         labels=_LABELS)
         periods = CounterMetricFamily("bottleneck_training_cpu_periods_total",
                                       "CFS enforcement periods in which the trainer's cgroups had tasks to run "
                                       "(cpu.stat nr_periods).", labels=_LABELS)
@@ -190,6 +221,10 @@ class TrainingCollector:
                                                    "left out of that scrape.")
         cgroup_errors_family.add_metric([], cgroup_errors)
 
+        # Ranks that torchrun starts in one container all run under that container's (or pod's) limit.
+        sharing: dict[frozenset[str], int] = {}
+        for limited in throttled.values():
+            sharing[limited.limited_by] = sharing.get(limited.limited_by, 0) + 1
         for trainer, ledger in reported:
             base = list(labels[trainer.identity])
             info.add_metric([*base, trainer.job, trainer.discovered_by], 1.0)
@@ -208,16 +243,19 @@ class TrainingCollector:
                 io_read.add_metric(base, ledger.io_read_bytes)
                 io_written.add_metric(base, ledger.io_written_bytes)
             workers.add_metric(base, ledger.workers_found)
+            if trainer.identity in allowed:
+                allowed_cpus.add_metric(base, allowed[trainer.identity])
             throttling = throttled.get(trainer.identity)
             if throttling is not None:
                 if throttling.limit_cores is not None:
                     limit.add_metric(base, throttling.limit_cores)
+                    limit_share.add_metric(base, throttling.limit_cores / sharing[throttling.limited_by])
                 periods.add_metric(base, throttling.periods)
                 throttled_periods.add_metric(base, throttling.throttled_periods)
                 throttled_seconds.add_metric(base, throttling.throttled_seconds)
 
-        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers, limit, periods,
-                    throttled_periods, throttled_seconds)
+        families = (info, cpu, busiest, threads, rss, switches, io_read, io_written, workers, limit, limit_share,
+                    allowed_cpus, periods, throttled_periods, throttled_seconds)
         label_pods(families, {labels[identity]: pod for identity, pod in pods.items()}, tuple(_LABELS), info)
         for family in families:
             if family.samples:

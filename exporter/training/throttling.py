@@ -9,6 +9,7 @@ rather than the container's), read through ``bottleneck_exporter.procfs`` (``rea
 ``read_cfs_bandwidth``). Exposes nothing itself: ``bottleneck_exporter.collectors.training`` turns it into
 
     bottleneck_training_cpu_limit_cores{process="train.py",local_rank="0"} 0.2
+    bottleneck_training_cpu_limit_share_cores{process="train.py",local_rank="0"} 0.2
     bottleneck_training_cpu_throttled_periods_total{process="train.py",local_rank="0"} 4512.0
     bottleneck_training_cpu_throttled_seconds_total{process="train.py",local_rank="0"} 731.6
 
@@ -51,6 +52,9 @@ class Throttling:
     throttled_periods: int
     throttled_seconds: float
     limit_cores: float | None  # None: no quota on any cgroup of the path
+    # The cgroups whose quotas make up the limit: trainers under the same ones share it (the ranks of one
+    # container, or of one pod, draw on one limit).
+    limited_by: frozenset[str] = frozenset()
 
 
 def _within_namespace(path: str) -> str | None:
@@ -162,6 +166,7 @@ class ThrottlingReader:
             throttled_periods=sum(b.throttled_periods for b, _ in found.values()),
             throttled_seconds=sum(b.throttled_seconds for b, _ in found.values()),
             limit_cores=sum(limits) if limits else None,
+            limited_by=frozenset(directory for directory, (_, cores) in found.items() if cores is not None),
         )
 
     def _left(self, pid: int, text: str) -> bool:

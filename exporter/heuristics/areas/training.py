@@ -20,6 +20,18 @@ from bottleneck_exporter.heuristics.model import RANK, Area, Heuristic, Record, 
 from bottleneck_exporter.heuristics.parameters import W
 from bottleneck_exporter.heuristics.sources import NODE_EXPORTER
 
+
+def _of_rank(metric: str) -> str:
+    """A training process's series as its rank's: the process of the rank's job with its LOCAL_RANK on its node.
+    By the job too, not LOCAL_RANK alone: jobs started without torchrun all have LOCAL_RANK "" (the highest
+    of theirs was every one's)."""
+    return ("max by (instance, job, training_job, rank) (\n  0 * bottleneck_train_info\n"
+            "  + on (instance, training_job, local_rank) group_left ()\n"
+            f"  max by (instance, training_job, local_rank) (\n    {metric}\n"
+            "    * on (instance, process, local_rank) group_left (training_job)\n"
+            "    (0 * bottleneck_training_process_info + 1)\n  )\n)")
+
+
 RECORDS: tuple[Record, ...] = (
     # The namespace and pod of each rank, which every verdict about a rank carries (model.WORKLOAD_JOIN): the
     # pod the hook reports from inside it where there is one, else the rank's own target labels (beside
@@ -106,25 +118,32 @@ RECORDS: tuple[Record, ...] = (
     Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
            "<<phase_excess>>\n== on (instance, training_job, rank) group_left ()\n"
            "max by (instance, training_job, rank) (<<phase_excess>>)", "training"),
-    # A rank's CPU limit: that of the training process with its LOCAL_RANK on its node.
-    Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_cores:max",
-           "max by (instance, job, training_job, rank) (\n  0 * bottleneck_train_info\n"
-           "  + on (instance, local_rank) group_left ()\n"
-           "  max by (instance, local_rank) (bottleneck_training_cpu_limit_cores)\n)", "training"),
-    # The cores a rank's DataLoader workers could use: the workers it has plus its share of the node's idle
-    # cores, and no more than its CPU limit less a core for its main thread (the lower of the two).
+    # A rank's share of its CPU limit (the ranks of one container share its limit).
+    Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_share_cores:max",
+           _of_rank("bottleneck_training_cpu_limit_share_cores"), "training"),
+    # The cores a rank's DataLoader workers could use. Under a CPU limit, its share of the limit less a core
+    # for its main thread: the limit is the container's budget, and the node's idle cores beyond it are not
+    # the rank's to take (a neighbour's burst, a core kept for another pod), however many idle now. Without
+    # one, the workers it has plus its share of the node's idle cores.
     Record("loader_cores_idle", f"job_rank:bottleneck_train_loader_cores_with_idle:rate{W}",
            "bottleneck_train_dataloader_num_workers\n+ on (instance) group_left ()\n(\n  <<cpu_free_cores>>\n"
            "  / on (instance)\n  count by (instance) (bottleneck_train_dataloader_num_workers)\n)", "training"),
     Record("loader_cores_limit", "job_rank:bottleneck_train_loader_cores_within_limit:max",
            "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
            "(<<rank_cpu_limit>> - 1)", "training"),
+    # A rank pinned to fewer CPUs than the node has (taskset, a cpuset: docker --cpuset-cpus, Slurm, the
+    # kubelet's static CPU manager) runs its workers on those CPUs only, however many others idle.
+    Record("rank_allowed_cpus", "job_rank:bottleneck_training_allowed_cpus:max",
+           _of_rank("bottleneck_training_allowed_cpus"), "training"),
+    Record("loader_cores_pinned", "job_rank:bottleneck_train_loader_cores_within_allowed_cpus:max",
+           "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
+           "(<<rank_allowed_cpus>> < on (instance) group_left () <<cpus>>) - 1", "training"),
     Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
            # The lower of the two where both exist, else the one there is. Not (a <= b) or b or a: MetricsQL
            # (vmalert) fills a series the comparison dropped with the right-hand value (docs/rules.md).
-           'min without (cores) (\n  label_replace(<<loader_cores_idle>>, "cores", "idle", "", "")\n  or\n'
-           '  label_replace(<<loader_cores_limit>>, "cores", "limit", "", "")\n)',
-           "training"),
+           'min without (cores) (\n  label_replace(\n    <<loader_cores_limit>>\n    or\n    <<loader_cores_idle>>,\n'
+           '    "cores", "budget", "", ""\n  )\n  or\n'
+           '  label_replace(<<loader_cores_pinned>>, "cores", "pinned", "", "")\n)', "training"),
     # What the training thread loses besides its phases, as shares of its stepping time: Python's collector
     # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
     Record("gc", f"job_rank:bottleneck_train_gc:ratio_rate{W}",
@@ -262,20 +281,28 @@ HEURISTICS: tuple[Heuristic, ...] = (
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for "
         "the next batch more than ${data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
         "than ${loader_workers_cores_ratio:pct} of the cores left to them; num_workers={{ $value | humanize }} "
-        "uses those cores (its workers now plus its share of the node's idle cores, within its CPU limit less a "
-        "core for the main thread).",
+        "uses those cores (under a CPU limit, its share of the limit less a core for the main thread; without "
+        "one, its workers now plus its share of the node's idle cores; no more than the CPUs it is pinned to "
+        "less that core).",
         advice="Set DataLoader num_workers to the number this verdict names (its summary and evidence: the "
-        "rank's workers plus its share of the node's idle cores, within its CPU limit less one core for the "
-        "main thread), with persistent_workers=True and pin_memory=True; then look again: a rank that still "
-        "waits needs cheaper transforms or GPU-side augmentation.",
+        "rank's share of its CPU limit less one core for the main thread, or without a limit its workers plus "
+        "its share of the node's idle cores), with persistent_workers=True and pin_memory=True; then look "
+        "again: a rank that still waits needs cheaper transforms or GPU-side augmentation.",
         meaning="The rank is input-bound and its loaders are not what is short of CPU: the node has idle cores "
         "the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
-        "parallel loaders than 70% of the cores). The number to set is computed, not guessed: the workers the "
-        "rank has, plus the node's idle cores shared among the ranks on the node, and no more than the CPU "
-        "limit of its cgroup (`bottleneck_training_cpu_limit_cores`) less one core for the main thread.",
+        "parallel loaders than 70% of the cores). The number to set is computed, not guessed. Under a CPU limit "
+        "(a Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is the rank's share of the limit "
+        "(the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one core for "
+        "the main thread, whatever the node's other cores do: the limit is the container's budget, and the "
+        "node's idle cores beyond it are not the rank's to take. Without a limit it is the workers the rank "
+        "has plus the node's idle cores shared among the ranks on the node. A rank pinned to fewer CPUs than "
+        "the node has (taskset, a cpuset: docker --cpuset-cpus, Slurm, the kubelet's static CPU manager; "
+        "`bottleneck_training_allowed_cpus`) gets no more than those CPUs less the main thread's core.",
         evidence="`bottleneck_train_dataloader_num_workers` per rank, the data wait in "
         "`bottleneck_train_phase_seconds_total{phase=\"data_wait\"}`, the node's idle CPU in "
-        "`bottleneck_cpu_seconds_total`, `bottleneck_training_cpu_limit_cores` where a limit applies.",
+        "`bottleneck_cpu_seconds_total`, `bottleneck_training_cpu_limit_cores` and "
+        "`bottleneck_training_cpu_limit_share_cores` where a limit applies, `bottleneck_training_allowed_cpus`, "
+        "`job_rank:bottleneck_train_loader_cores_left:rate${rate_window}` (the cores counted).",
         scope=RANK, unit="short", group="training",
     ),
     Heuristic(

@@ -279,15 +279,18 @@ def setup(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job
 def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JOB, local_rank: str = "0",
             main: float = 0.4, worker: float = 0.5, workers: int = 4, alive_until: int | None = None,
             workers_cpu: float | None = None, cpu_limit: float | None = None,
-            throttled: float = 0.0, rss_growth: float | None = None, growth_until: int | None = None) -> list[Series]:
+            limit_sharers: int = 1, throttled: float = 0.0, allowed_cpus: int | None = None,
+            rss_growth: float | None = None, growth_until: int | None = None, name: str = "train.py") -> list[Series]:
     """A training process as the training collector sees it from /proc; absent before the start.
 
     ``worker`` is the busiest worker thread's share of a core; ``workers_cpu`` (cores, all workers
     together) adds the workers' CPU time counter. ``cpu_limit`` (cores) adds its cgroup's CFS bandwidth:
-    100 ms periods, the share ``throttled`` of them throttled. ``rss_growth`` (bytes per second, from the start
-    until the minute ``growth_until``) adds its resident memory, 4 GiB at the start."""
+    100 ms periods, the share ``throttled`` of them throttled, the limit shared by ``limit_sharers`` trainers
+    (the ranks of one container). ``allowed_cpus`` adds the number of CPUs it may run on. ``rss_growth`` (bytes
+    per second, from the start until the minute ``growth_until``) adds its resident memory, 4 GiB at the
+    start. ``name`` is its script's (the collector's ``process`` label)."""
     target = {"instance": instance, "job": EXPORTER_JOB}
-    proc = {"process": "train.py", "local_rank": local_rank}
+    proc = {"process": name, "local_rank": local_rank}
 
     def present(value: float) -> Track:
         return [None if tl.before(m) or (alive_until is not None and m >= alive_until) else value
@@ -311,10 +314,14 @@ def process(tl: Timeline, instance: str = INSTANCE, training_job: str = TRAIN_JO
         periods = 10.0  # per second: the default 100 ms period, with runnable tasks in every one
         out += [
             series("bottleneck_training_cpu_limit_cores", {**target, **proc}, present(cpu_limit)),
+            series("bottleneck_training_cpu_limit_share_cores", {**target, **proc},
+                   present(cpu_limit / limit_sharers)),
             series("bottleneck_training_cpu_periods_total", {**target, **proc}, counter(tl, periods)),
             series("bottleneck_training_cpu_throttled_periods_total", {**target, **proc},
                    counter(tl, throttled * periods)),
         ]
+    if allowed_cpus is not None:
+        out.append(series("bottleneck_training_allowed_cpus", {**target, **proc}, present(allowed_cpus)))
     if rss_growth is not None:
         grown = [rss_growth * 60 * (min(m, growth_until if growth_until is not None else m) - tl.start)
                  for m in range(tl.length + 1)]

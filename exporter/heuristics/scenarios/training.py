@@ -85,6 +85,34 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_caps_the_workers_at_3",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
         + process(t, workers=1, cpu_limit=4.0, throttled=0.1), e(RANK0, 3)),
+    # Regression: a trainer under a CPU limit was judged by the node's idle cores, so its verdict and number
+    # came and went with the neighbours' load; the limit is its container's budget.
+    row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_is_the_budget_on_a_busy_node",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.9, iowait=0.0)
+        + process(t, workers=1, cpu_limit=4.0), e(RANK0, 3)),
+    # Regression: each of the ranks torchrun starts in one container was given the container's whole limit.
+    row("TooFewLoaderWorkers", NEAR_MISS, "two_ranks_of_one_container_share_its_limit_of_6",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2)
+        + rank(t, rank_="1", data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2) + node(t, busy=0.25)
+        + process(t, workers=2, cpu_limit=6.0, limit_sharers=2)
+        + process(t, local_rank="1", workers=2, cpu_limit=6.0, limit_sharers=2)),
+    # Regression: a rank pinned to a few CPUs was given the node's idle cores beyond them.
+    row("TooFewLoaderWorkers", FIRES, "pinned_to_4_of_8_cpus_caps_the_workers_at_3",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
+        + process(t, workers=1, allowed_cpus=4), e(RANK0, 3)),
+    row("TooFewLoaderWorkers", FIRES, "unpinned_rank_counts_the_nodes_idle_cores",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2) + node(t, busy=0.25)
+        + process(t, workers=2, allowed_cpus=8), e(RANK0, 8)),
+    # Regression: a process's CPUs were its rank's by LOCAL_RANK alone, and jobs started without torchrun all
+    # have the same: the unpinned job's 8 CPUs were the pinned one's too.
+    row("TooFewLoaderWorkers", NEAR_MISS, "pinned_job_beside_an_unpinned_one_with_the_same_local_rank",
+        lambda t: rank(t, training_job="pinned", data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1)
+        + rank(t, training_job="unpinned", data_wait=0.1, num_workers=1) + node(t, busy=0.25)
+        + process(t, training_job="pinned", workers=1, allowed_cpus=2, name="pinned.py")
+        + process(t, training_job="unpinned", workers=1, allowed_cpus=8, name="unpinned.py")),
+    row("TooFewLoaderWorkers", NEAR_MISS, "pinned_to_2_cpus_leaves_no_core_for_another_worker",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
+        + process(t, workers=1, allowed_cpus=2)),
     row("TooFewLoaderWorkers", NEAR_MISS, "workers_already_use_the_cores_left",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=6) + node(t, busy=0.9, iowait=0.0)
         + process(t, workers=6)),
