@@ -2,7 +2,7 @@
 
     python tests/hook_trainer.py --dataset slow|fast --workers N --stop-file PATH [--threads N] [--keep-losses]
                                  [--start-after S] [--gc-collect-over N] [--checkpoint-every K --checkpoint-mb M]
-                                 [--evaluate-every K]
+                                 [--evaluate-every K] [--fork-workers-every-epoch]
 
 Trains a small MLP on CPU with ``bottleneck_exporter.hook.instrument`` until ``--stop-file`` exists (checked between
 steps) or ``--max-steps`` is reached; the exporter address and job come from BOTTLENECK_PUSH_ADDRESS and
@@ -17,7 +17,8 @@ before training (a dataset indexed at start, a slow import: SlowStart); ``--gc-c
 live Python objects and calls ``gc.collect()`` every step (GcPauses); ``--checkpoint-every`` writes the
 model, the optimizer and ``--checkpoint-mb`` MB of other state with ``torch.save`` on the training thread
 every K steps (BlockingCheckpoints); ``--evaluate-every`` runs an evaluation pass between two steps every K
-steps (LongSteps, whose cause the hook cannot see).
+steps (LongSteps, whose cause the hook cannot see); ``--fork-workers-every-epoch`` leaves the loader's
+``persistent_workers`` off, so its ``--workers`` are forked anew each epoch (LoaderWorkersRestarted).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-mb", type=int, default=0)
     parser.add_argument("--evaluate-every", type=int, default=0)
     parser.add_argument("--keep-losses", action="store_true")
+    parser.add_argument("--fork-workers-every-epoch", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)  # default 1: a shared test machine, one core for the model
@@ -66,7 +68,7 @@ def main() -> int:
                                     torch.nn.ReLU(), torch.nn.Linear(1024, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
+                        persistent_workers=args.workers > 0 and not args.fork_workers_every_epoch)
     loader = instrument(loader, model=model, optimizer=optimizer)
     steps = 0
     losses = []

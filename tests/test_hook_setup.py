@@ -3,15 +3,19 @@ a DataParallel on the CPU (no device_ids: no GPUs to count), a gloo process grou
 and without it, an autocast the model's own forward enters, DataLoader workers forked every epoch against
 persistent ones. The facts go through a real socket and the exporter's receiver, as in production.
 
-The verdicts that read these facts need CUDA (the model's device, the GPU's compute capability); with no GPU
-here, their CUDA sides are exercised by the scenario rows (exporter/heuristics/scenarios/training.py), which
-promtool and the Python evaluator both run.
+Three of the four verdicts that read these facts need CUDA (the model's device, the GPU's compute capability);
+with no GPU here, their CUDA sides are exercised by the scenario rows (exporter/heuristics/scenarios/training.py),
+which promtool and the Python evaluator both run. LoaderWorkersRestarted needs none: a real job whose loader
+forks its workers every epoch gets it from ``diagnose``, the same job with persistent workers does not.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +24,15 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
+from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.setup import data_parallel_devices
 from bottleneck_exporter.wire import encode
 from bottleneck_exporter.wire.schema import Rejected, Snapshot, validate
-from tests.datagrams import exported, full_payload, received
+from tests.conftest import ROOT, stop_all
+from tests.datagrams import exported, full_payload, received, stepped
+from tests.diagnosis import diagnosed
 
 pytestmark = pytest.mark.torch
 
@@ -283,3 +290,31 @@ def test_setup_facts_in_a_datagram_are_checked_like_the_rest() -> None:
         validate(encode.encode(missing))
     older = {k: v for k, v in good.items() if k != "setup"}  # a hook from before the setup facts
     assert validate(encode.encode(older)).setup is None
+
+
+@pytest.mark.live
+def test_a_job_forking_its_workers_every_epoch_is_told_so_and_one_with_persistent_workers_is_not(
+        tmp_path: Path) -> None:
+    """Two CPU jobs side by side, 2 DataLoader workers each over the same 64-step epochs (a few seconds each):
+    one leaves persistent_workers off, so every epoch forks its workers again. Diagnosed over 40 s once both
+    have warmed up (70 steps: past the first epoch)."""
+    sock = tmp_path / "push.sock"
+    jobs = {"reforking": ["--fork-workers-every-epoch"], "persistent": []}
+    trainers = {job: subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hook_trainer.py"), "--dataset", "fast", "--workers", "2",
+         "--stop-file", str(tmp_path / f"{job}.stop"), *extra],
+        env={**os.environ, "BOTTLENECK_PUSH_ADDRESS": f"unix://{sock}", "BOTTLENECK_JOB": job,
+             "BOTTLENECK_PUSH_INTERVAL": "0.5", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, extra in jobs.items()}
+    try:
+        stepped(sock, trainers.values(), [(job, 0) for job in trainers], steps=70, timeout=240)
+        report = diagnosed(sock, 40, interval=2)
+    finally:
+        for job in trainers:
+            (tmp_path / f"{job}.stop").touch()
+        stop_all(trainers.values())
+    restarted = {v["labels"].get("training_job"): v["value"] for v in report["verdicts"]
+                 if v["alert"] == "BottleneckLoaderWorkersRestarted"}
+    assert set(restarted) == {"reforking"}, (report["verdicts"], report["missing"])
+    # Worker starts an hour, well above the threshold: an epoch every few seconds forks a new set.
+    assert restarted["reforking"] > 10 * float(PARAMETERS["loader_worker_starts_per_hour"].default), restarted
