@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.session import Session
-from bottleneck_exporter.hook.setup import data_parallel_devices
+from bottleneck_exporter.hook.setup import data_parallel_devices, process_group_backend
 from bottleneck_exporter.wire import encode
 from bottleneck_exporter.wire.schema import Rejected, Snapshot, validate
 from tests.conftest import ROOT, stop_all
@@ -137,6 +137,16 @@ def test_without_a_process_group_the_backend_is_left_out(rx: tuple[socket.socket
     assert sent.setup is not None and sent.setup.process_group_backend is None
     assert "process_group_backend" not in json.loads(loader.bottleneck_session._datagram())["setup"]
     assert exported(sent, "bottleneck_train_setup_info", process_group_backend="", parameters_dtype="float32") == 1.0
+
+
+def test_a_backend_name_the_datagram_cannot_carry_is_left_out_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A custom backend registered as "my-backend.v2": the receiver would refuse every datagram that named it,
+    and with them every series of the rank."""
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "my-backend.v2")
+    assert process_group_backend() is None
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
+    assert process_group_backend() == "cpu:gloo,cuda:nccl"
 
 
 @pytest.mark.parametrize("autocast", [True, False], ids=["under_cpu_autocast", "without_autocast"])

@@ -436,11 +436,12 @@ class Session:
             return
         import torch
 
-        self._cuda_index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device.index if device.index is not None else torch.cuda.current_device()
         # Properties torch read when it initialised the device: no device call. The device the rank itself
         # sees (a MIG instance's own memory, CUDA_VISIBLE_DEVICES applied), which the exporter's rules need not
-        # join to an NVML GPU for.
-        self._cuda_total_bytes = float(torch.cuda.get_device_properties(self._cuda_index).total_memory)
+        # join to an NVML GPU for. Read before the index is kept: a failed read sends no size, not a zero one.
+        self._cuda_total_bytes = float(torch.cuda.get_device_properties(index).total_memory)
+        self._cuda_index = index
         self.device = f"cuda:{self._cuda_index}"
         self._identity_json = ""
         if self.gpu is None:

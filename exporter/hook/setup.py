@@ -24,6 +24,7 @@ from typing import Any
 
 from bottleneck_exporter.hook.collective import outermost_running
 from bottleneck_exporter.wire import encode
+from bottleneck_exporter.wire.schema import BACKEND_PATTERN, DTYPE_PATTERN
 
 # Worker sets remembered: a training loader's persistent workers and an evaluation loader's, iterated in
 # turn, each keep theirs; only a set not seen before is a start.
@@ -49,11 +50,13 @@ def data_parallel_devices(model: Any, find_wrapper: bool = False) -> int:
 
 
 def process_group_backend() -> str | None:
-    """torch.distributed.get_backend() of the default process group, None before it is initialised."""
+    """torch.distributed.get_backend() of the default process group, None before it is initialised and for a
+    name the datagram cannot carry (a custom backend's: the receiver would refuse every datagram of the rank)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
-    return str(dist.get_backend()).lower()
+    backend = str(dist.get_backend()).lower()
+    return backend if BACKEND_PATTERN.fullmatch(backend) else None
 
 
 def autocast_enabled(torch: Any, device_type: str) -> bool:
@@ -72,7 +75,8 @@ def first_parameter(module: Any) -> Any:
 
 def dtype_name(parameter: Any) -> str | None:
     dtype = getattr(parameter, "dtype", None)
-    return str(dtype).removeprefix("torch.") if dtype is not None else None
+    name = str(dtype).removeprefix("torch.") if dtype is not None else None
+    return name if name is not None and DTYPE_PATTERN.fullmatch(name) else None
 
 
 def probe_module(model: Any) -> Any:
@@ -171,7 +175,11 @@ class SetupFacts:
         if not device:  # called again within the same forward (a shared layer): it has looked
             return
         try:
-            if autocast_enabled(sys.modules["torch"], device):
+            # The dtype the forward computes in: FSDP's mixed precision (param_dtype=bfloat16) keeps float32
+            # shards, which model.parameters() shows outside the forward, and casts them for it.
+            self.parameters_dtype = dtype_name(first_parameter(module)) or self.parameters_dtype
+            # The count at most the samples: DataParallel's replicas may run this hook in several threads.
+            if autocast_enabled(sys.modules["torch"], device) and self.autocast_forwards < self.sampled_forwards:
                 self.autocast_forwards += 1
         except Exception:  # a torch hook must never raise into the forward it runs in
             pass

@@ -24,12 +24,17 @@ from bottleneck_exporter.heuristics.sources import NODE_EXPORTER
 def _of_rank(metric: str) -> str:
     """A training process's series as its rank's: the process of the rank's job with its LOCAL_RANK on its node.
     By the job too, not LOCAL_RANK alone: jobs started without torchrun all have LOCAL_RANK "" (the highest
-    of theirs was every one's)."""
-    return ("max by (instance, job, training_job, rank) (\n  0 * bottleneck_train_info\n"
-            "  + on (instance, training_job, local_rank) group_left ()\n"
-            f"  max by (instance, training_job, local_rank) (\n    {metric}\n"
-            "    * on (instance, process, local_rank) group_left (training_job)\n"
-            "    (0 * bottleneck_training_process_info + 1)\n  )\n)")
+    of theirs was every one's). A trainer the push receiver did not register (a push over UDP: no kernel
+    says which process sent it) has no job: its rank is the one with its LOCAL_RANK."""
+    def joined(by: str, carried: str, processes: str) -> str:
+        return ("0 * bottleneck_train_info\n  + on (instance, " + by + ") group_left ()\n"
+                "  max by (instance, " + by + ") (\n    " + metric + "\n"
+                "    * on (instance, process, local_rank) group_left (" + carried + ")\n"
+                "    (0 * " + processes + " + 1)\n  )")
+    return ("max by (instance, job, training_job, rank) (\n  "
+            + joined("training_job, local_rank", "training_job", "bottleneck_training_process_info")
+            + "\n  or\n  "
+            + joined("local_rank", "", 'bottleneck_training_process_info{training_job=""}') + "\n)")
 
 
 RECORDS: tuple[Record, ...] = (

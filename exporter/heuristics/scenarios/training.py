@@ -90,6 +90,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_is_the_budget_on_a_busy_node",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.9, iowait=0.0)
         + process(t, workers=1, cpu_limit=4.0), e(RANK0, 3)),
+    # Regression: a trainer the receiver did not register (pushing over UDP) has no job on its process; its
+    # limit was lost, and the node's idle cores named 7.
+    row("TooFewLoaderWorkers", FIRES, "unregistered_trainer_under_a_cpu_limit_of_4",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
+        + process(t, training_job="", workers=1, cpu_limit=4.0, throttled=0.1), e(RANK0, 3)),
     # Regression: each of the ranks torchrun starts in one container was given the container's whole limit.
     row("TooFewLoaderWorkers", NEAR_MISS, "two_ranks_of_one_container_share_its_limit_of_6",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=2)
