@@ -88,16 +88,20 @@ def test_dataparallel_on_the_cpu_has_no_device_ids_and_counts_no_gpus(rx: tuple[
 
 def test_the_inner_model_of_a_dataparallel_finds_its_wrapper_on_the_stack(rx: tuple[socket.socket, str]) -> None:
     """The Hugging Face Trainer hands its callbacks the model a DataParallel wraps: the wrapper is found running
-    it (on the CPU, with no device_ids, it still counts no GPUs)."""
+    it. On the CPU it has no device_ids and calls the module as it is; once it has, the inner module's hooks
+    give it two, as on a node with two GPUs, so that a wrapper not found (0) tells from one found (2)."""
     sock, address = rx
     inner = torch.nn.Linear(4, 1)
     wrapped = torch.nn.DataParallel(inner)
+    # After DataParallel.forward's own look at device_ids, before the hook's: the inner module's hooks.
+    inner.register_forward_pre_hook(lambda module, args: setattr(wrapped, "device_ids", [0, 1]))
+    inner.register_forward_hook(lambda module, args, out: setattr(wrapped, "device_ids", []))
     optimizer = torch.optim.SGD(inner.parameters(), lr=0.01)
     loader = instrument(DataLoader(data(), batch_size=8), model=inner, optimizer=optimizer, address=address)
     train(loader, wrapped, optimizer)
     sent = last_sent(loader.bottleneck_session, sock)
     loader.bottleneck_session.close()
-    assert sent.setup is not None and sent.setup.data_parallel_devices == 0 and sent.steps == 8
+    assert sent.setup is not None and sent.setup.data_parallel_devices == 2 and sent.steps == 8
 
 
 def test_a_dataparallel_counts_the_gpus_its_device_ids_name() -> None:
