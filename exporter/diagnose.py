@@ -3,8 +3,9 @@
 Two ways to get the data, one set of rules (exporter/heuristics/catalogue.py):
 
 * ``--prometheus.url URL``: runs every alert expression as an instant query against a Prometheus that
-  scrapes the exporters (recording rules spelled out, so our rule files need not be installed; ``for:`` is
-  ignored, the ALERTS series tells which verdicts are already firing).
+  scrapes the exporters (recording rules spelled out, so our rule files need not be installed); the ALERTS series
+  tells which verdicts fire or are pending, and where it does not know one, how many rule intervals of the last
+  ``for:`` its condition held does (``bottleneck_exporter.verdicts.prometheus``).
 * standalone (no Prometheus): samples this node for ``--window`` seconds (a running exporter found at
   ``--exporter.url``, else the collectors and the push receiver in this process, so a training run instrumented with the
   hook is seen; and node_exporter and dcgm-exporter where ``--node-exporter.url`` and ``--dcgm-exporter.url`` say they

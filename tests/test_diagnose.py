@@ -4,6 +4,7 @@ and standalone on this machine (alone, and watching a real PyTorch run instrumen
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -77,10 +78,13 @@ MINUTES = 12
 
 
 def fleet(tl: Timeline) -> list[Series]:
-    """node-a: a num_workers=0 job and memory almost gone; node-b: a GPU at its slowdown temperature."""
+    """node-a: a num_workers=0 job and memory almost gone; node-b: a GPU at its slowdown temperature; node-c: a GPU
+    that reached it two minutes ago, less than the alert's for:."""
+    lately = dataclasses.replace(tl, start=tl.length - 2)
     return (rank(tl, instance="node-a", data_wait=0.4, forward=0.04, optimizer=0.01)
             + node(tl, instance="node-a", mem_available=0.03) + process(tl, instance="node-a", main=1.0, workers=0)
-            + node(tl, instance="node-b") + gpu(tl, instance="node-b", temp=88))
+            + node(tl, instance="node-b") + gpu(tl, instance="node-b", temp=88)
+            + node(tl, instance="node-c") + gpu(lately, instance="node-c", temp=88, before={"temp": 65}))
 
 
 Points = list[tuple[dict[str, str], list[tuple[float, float]]]]
@@ -136,6 +140,12 @@ def test_diagnose_against_a_real_prometheus_matches_the_python_evaluator(tmp_pat
         prometheus.stop()
     report = json.loads(out.getvalue())
     assert report["errors"] == []
+    # No rules are installed, so ALERTS knows nothing: each state is what Prometheus says of how long the
+    # condition held. node-c's GPU has been hot for two minutes of its five, and stays out of the exit status.
+    states = {(v["alert"], v["labels"]["instance"]): (v["state"], v["needs_seconds"]) for v in report["verdicts"]}
+    # Held at two or three of the rule intervals, as they fall against the samples' minutes.
+    assert states.pop(("BottleneckGpuTooHot", "node-c")) in (("pending", 180.0), ("pending", 120.0))
+    assert set(states.values()) == {("firing", None)}
     got = _keys(report["verdicts"])
     node_a = {"instance": "node-a", "job": "bottleneck-exporter"}
     rank_0 = {**node_a, "training_job": "resnet50", "rank": "0"}

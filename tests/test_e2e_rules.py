@@ -87,7 +87,10 @@ def test_input_bound_run_fires_and_diagnose_names_it_while_a_healthy_run_stays_q
         named = next(v for v in slow if v["alert"] == "BottleneckInputBound")
         assert named["state"] == "firing" and named["value"] > 0.5
         assert named["advice"].startswith("Raise DataLoader num_workers") and named["subject"] == "job e2e-slow"
-        assert [v for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-fast"] == []
+        # The healthy run is minutes old: a condition of its warm-up (its memory rising while its workers start)
+        # may be pending, held for less than its for:, but nothing about it fires.
+        healthy = [v for v in report["verdicts"] if v["labels"].get("training_job") == "e2e-fast"]
+        assert all(v["state"] == "pending" and v["needs_seconds"] > 0 for v in healthy), healthy
     finally:
         prometheus.stop()
 

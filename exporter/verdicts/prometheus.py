@@ -1,9 +1,14 @@
 """The catalogue judged by a Prometheus that scrapes the exporters: every alert expression as an instant query.
 
-The recording rules are spelled out (``AlertRule.inline_expr``), so our rule files need not be installed there;
-``for:`` is Prometheus' own: the ``ALERTS`` series says which verdicts already fire or are pending::
+The recording rules are spelled out (``AlertRule.inline_expr``), so our rule files need not be installed there.
+Where they are, ``for:`` is Prometheus' own: the ``ALERTS`` series says which verdicts already fire or are pending::
 
     ALERTS{alertname="BottleneckInputBound", alertstate="pending", severity="warning", training_job="resnet"} 1
+
+A condition ``ALERTS`` does not know (our rules are not installed, or it has just begun) is not taken as firing:
+its ``for:`` is what keeps a warm-up (a new process's memory rising for a minute) from reading as a leak. Prometheus
+is asked how many rule intervals of the last ``for:`` the condition held (a subquery), and the finding gets the
+state Prometheus would give it: firing once it held for all of them, pending before.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from bottleneck_exporter.heuristics import Catalogue
-from bottleneck_exporter.heuristics.promql import PromQLError
+from bottleneck_exporter.heuristics import AlertRule, Catalogue
+from bottleneck_exporter.heuristics.promql import PromQLError, parse_duration
 from bottleneck_exporter.verdicts.evaluation import DATA_HINTS, Finding, labels_of, ordered
 from bottleneck_exporter.verdicts.report import Report
 from bottleneck_exporter.verdicts.scrape import Unreachable
@@ -78,6 +83,16 @@ def judge(catalogue: Catalogue, client: PrometheusClient) -> Report:
     for finding in findings:
         key = {**finding.labels, "alertname": finding.rule.alert, "severity": finding.rule.severity}
         finding.state = states.get(tuple(sorted(key.items())))
+    step = parse_duration(str(catalogue.parameters["rule_interval"]))
+    unknown: dict[tuple[str, str], list[Finding]] = {}
+    for finding in findings:
+        if finding.state is None and parse_duration(finding.rule.for_) > 0:
+            unknown.setdefault((finding.rule.alert, finding.rule.severity), []).append(finding)
+    for held in unknown.values():
+        try:
+            _hold_states(held[0].rule, held, client, step)
+        except PromQLError as err:
+            errors.append((held[0].rule.alert, f"how long it held: {err}"))
     missing = []
     for families, hint in DATA_HINTS:
         try:
@@ -87,3 +102,18 @@ def judge(catalogue: Catalogue, client: PrometheusClient) -> Report:
             pass
     return Report("prometheus", client.url, time.time(), len(catalogue.alerts), ordered(findings), errors, missing,
                   bundle=catalogue.bundle)
+
+
+def _hold_states(rule: AlertRule, findings: list[Finding], client: PrometheusClient, step: float) -> None:
+    """Gives each of ``rule``'s findings the state a Prometheus evaluating it every ``step`` seconds would: firing
+    when the condition held at every evaluation of the last ``for:``, else pending with the seconds it still needs
+    (at least: a gap within the window restarts a real Prometheus' count)."""
+    hold = parse_duration(rule.for_)
+    held = {tuple(sorted(labels_of(s["metric"]).items())): float(s["value"][1]) * step for s in client.query(
+        f"count_over_time(({rule.inline_expr})[{hold:g}s:{step:g}s])")}
+    for finding in findings:
+        seconds = held.get(tuple(sorted(finding.labels.items())), 0.0)
+        if seconds >= hold:
+            finding.state = "firing"
+        else:
+            finding.state, finding.needs_seconds = "pending", hold - seconds
