@@ -151,6 +151,16 @@ def start_exporter() -> Iterator[object]:
 
 
 @pytest.fixture
+def rx(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    """A receiving socket (non-blocking, for tests.datagrams.received) and the address a hook sends to it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "rx.sock"))
+    sock.setblocking(False)
+    yield sock, f"unix://{tmp_path}/rx.sock"
+    sock.close()
+
+
+@pytest.fixture
 def trainers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """``trainers(job, dataset, socket_path, *flags)`` → a running tests/hook_trainer.py (num_workers=0) pushing
     to ``socket_path`` as training job ``job``; all of them are stopped after the test."""

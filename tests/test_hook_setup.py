@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,16 +34,6 @@ from tests.datagrams import exported, full_payload, received, stepped
 from tests.diagnosis import diagnosed
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture
-def rx(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
-    """A receiving socket and the address the hook sends to."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(tmp_path / "rx.sock"))
-    sock.setblocking(False)
-    yield sock, f"unix://{tmp_path}/rx.sock"
-    sock.close()
 
 
 def train(loader: object, model: torch.nn.Module, optimizer: torch.optim.Optimizer, flush_every: int = 0,
