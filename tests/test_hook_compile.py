@@ -4,16 +4,25 @@ job that keeps recompiling: real torch.compile (the eager backend) on CPU, a rea
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+from torch.utils.data import DataLoader, TensorDataset
 
+from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.compiles import CompileClock, recompiles
 from bottleneck_exporter.verdicts import evaluation
+from bottleneck_exporter.wire.schema import Snapshot
 from tests.conftest import stop_all
-from tests.datagrams import stepped
+from tests.datagrams import received, stepped
 from tests.diagnosis import diagnosed
 
 pytestmark = pytest.mark.torch
@@ -30,9 +39,6 @@ def test_a_compile_id_says_whether_it_compiles_a_frame_again(compile_id: str, ag
 
 
 def test_the_clock_counts_compilations_and_recompilations_of_a_real_torch_compile() -> None:
-    import torch
-    import torch._dynamo
-
     clock = CompileClock()
     assert clock.attach()
     torch._dynamo.reset()  # drops every compile callback: the next attach registers them again
@@ -82,3 +88,138 @@ def test_a_job_that_keeps_recompiling_gets_the_verdict_and_a_steady_one_does_not
     # Its recompilations are its long steps: named by this verdict, not called long steps.
     assert not [v for v in report["verdicts"] if v["alert"] == "BottleneckLongSteps"
                 and v["labels"]["training_job"] == "changing"], report["verdicts"]
+
+
+# -- the hook's own forward wrapper under torch.compile (issue 22) -----------------------------------------------
+# 44 samples in batches of 8: five batches of 8 and one of 4 a pass, so that the model unhooked recompiles once
+# too (dynamo's automatic dynamic shapes), and "as many as without the hook" is not "none".
+SAMPLES, BATCH, PASSES = 44, 8, 2
+STEPS = PASSES * -(-SAMPLES // BATCH)
+FLUSH_EVERY = 3  # a datagram every three steps: each makes the next forward one the hook looks at
+
+
+class Mlp(torch.nn.Module):
+    """A model of the usual kind, a module class of the user's own: dynamo compiles its ``forward`` frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(16, 32)
+        self.last = torch.nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(torch.relu(self.first(x)))
+
+
+def _sequential() -> torch.nn.Module:
+    """A torch.nn container as the model: its forward is in dynamo's skip files, so torch.compile traces it from
+    a frame of its own (external_utils.wrap_inline) instead of compiling the forward's frame."""
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+def _compiled(model: torch.nn.Module) -> Any:
+    return torch.compile(model, backend="eager")
+
+
+def _compiled_in_place(model: torch.nn.Module) -> Any:
+    model.compile(backend="eager")
+    return model
+
+
+def _compiled_step(model: torch.nn.Module) -> Any:
+    """A compiled function that calls the model: the hook's wrapper is traced inside its graph (fullgraph: a
+    graph break there raises)."""
+    return torch.compile(lambda x: model(x), backend="eager", fullgraph=True)
+
+
+# The orders users write: the model, how it is compiled (the returned callable is what the loop calls), which
+# module the hook is given (the one the loop calls, or the model inside it), and whether instrument() comes first.
+ORDERS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[torch.nn.Module], Any], str, bool]] = {
+    "instrument_then_compile": (Mlp, _compiled, "inner", True),
+    "compile_then_instrument_the_compiled_module": (Mlp, _compiled, "called", False),
+    "compile_then_instrument_its_inner_module": (Mlp, _compiled, "inner", False),
+    "instrument_then_compile_in_place": (Mlp, _compiled_in_place, "inner", True),
+    "instrument_a_sequential_then_compile": (_sequential, _compiled, "inner", True),
+}
+
+
+Counts = tuple[int, int, int]  # compilations, recompilations, graph breaks
+
+
+def compiled_training(order: str, rx: tuple[socket.socket, str] | None,
+                      compile_model: Callable[[torch.nn.Module], Any] | None = None) -> tuple[Counts, Snapshot | None]:
+    """STEPS steps of a model compiled afresh (as ORDERS[order] says, or by ``compile_model``), hooked when ``rx``
+    is given: (compilations, recompilations, graph breaks) as dynamo's own callbacks and counters saw them, and
+    the hook's last datagram (None unhooked)."""
+    make_model, compile_as, given, instrument_first = ORDERS[order]
+    compile_model = compile_model or compile_as
+    torch._dynamo.reset()  # nothing an earlier run compiled may be found cached
+    counters.clear()
+    torch.manual_seed(0)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader: Any = DataLoader(TensorDataset(torch.randn(SAMPLES, 16)), batch_size=BATCH)
+
+    def hooked(called: Any) -> Any:
+        if rx is None:
+            return loader
+        return instrument(loader, model=called if given == "called" else model, optimizer=optimizer,
+                          address=rx[1], interval=60)
+
+    if instrument_first:
+        loader = hooked(None)
+        called = compile_model(model)
+    else:
+        called = compile_model(model)
+        loader = hooked(called)
+    session = getattr(loader, "bottleneck_session", None)
+    witness = CompileClock()
+    assert witness.attach()
+    try:
+        step = 0
+        for _ in range(PASSES):
+            for (x,) in loader:
+                optimizer.zero_grad()
+                called(x).pow(2).mean().backward()
+                optimizer.step()
+                step += 1
+                if session is not None and step % FLUSH_EVERY == 0:
+                    session.flush()
+    finally:
+        witness.detach()
+    counts = (witness.compiles, witness.recompiles, sum(counters["graph_break"].values()))
+    if session is None or rx is None:
+        return counts, None
+    session.flush()
+    session.close()
+    return counts, received(rx[0])[-1]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_hook_makes_a_compiled_model_compile_no_more_than_it_does_unhooked(
+        order: str, rx: tuple[socket.socket, str]) -> None:
+    """Regression (issue 22): dynamo compiled the hook's forward wrapper with the model, its bookkeeping broke
+    the graph (7 breaks) and each datagram's number failed a guard: 26 compilations and 4 recompilations in 12
+    steps where the model unhooked compiles twice and recompiles once, enough for our own KeepsRecompiling."""
+    unhooked, _ = compiled_training(order, None)
+    hooked, sent = compiled_training(order, rx)
+    assert sent is not None
+    assert unhooked[2] == 0 and unhooked[1] >= 1, unhooked  # the baseline: no graph break, one recompilation
+    assert hooked == unhooked, f"(compiles, recompiles, graph breaks) hooked {hooked}, unhooked {unhooked}"
+    # The phases still arrive, timed around the compiled forward, and so does the compile count dynamo reports.
+    assert sent.steps == STEPS and sent.samples == PASSES * SAMPLES
+    assert sent.phase_seconds["forward"] > 0 and sent.phase_seconds["backward"] > 0
+    assert sent.setup is not None and sent.setup.sampled_forwards > STEPS // FLUSH_EVERY - 1
+    assert sent.compile is not None and sent.compile.recompiles == unhooked[1]
+
+
+def test_a_compiled_function_calling_the_instrumented_model_traces_through_the_hook(
+        rx: tuple[socket.socket, str]) -> None:
+    """The wrapper traced inside a graph (a compiled training step calling the model, fullgraph) is only a call
+    of the forward: no graph break, no guard of the hook's. Its forward is then no phase of its own: the hook
+    cannot time inside a graph, and the forward's and backward's time stay in the step's total."""
+    unhooked, _ = compiled_training("instrument_then_compile", None, _compiled_step)
+    hooked, sent = compiled_training("instrument_then_compile", rx, _compiled_step)
+    assert sent is not None
+    assert hooked == unhooked, f"(compiles, recompiles, graph breaks) hooked {hooked}, unhooked {unhooked}"
+    assert sent.steps == STEPS and sent.samples == PASSES * SAMPLES
+    assert sent.phase_seconds["forward"] == 0 and sent.phase_seconds["optimizer"] > 0

@@ -10,11 +10,17 @@ inside a real training step (benchmarks/hook_overhead.py --without model). An in
 The wrapper stays out of the way of what users do with models: ``inspect.signature(model.forward)`` sees
 the original (``__wrapped__``), ``copy.deepcopy(model)`` (EMA models) gets an unwrapped copy, pickling the
 whole model stores the plain forward, and ``remove()`` puts the original back.
+
+And of ``torch.compile``, whatever the order (docs/hook.md, "torch.compile"): dynamo runs the wrapper's frame
+as it is and compiles the model's forward under it, the same frame, graphs and guards as unhooked
+(``hide_from_dynamo``); the timing sits around the compiled forward. Traced inside a frame dynamo compiles
+(a compiled function calling the model), the wrapper is only a call of the forward.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
@@ -56,19 +62,31 @@ class TimedForward:
         self.previous = module.__dict__.get(method, _MISSING)
         self.original = getattr(module, method)
         self.__wrapped__ = self.original
+        # How the wrapper calls the original. A torch.nn module's own forward (nn.Sequential, DDP) is in
+        # dynamo's skip files: called from the wrapper's frame, which dynamo does not compile either, nothing
+        # would be compiled. It is called from a frame of ours that dynamo compiles, inlining the forward, as
+        # torch.compile(module) does for such a module (external_utils.wrap_inline).
+        self.call: Callable[..., Any] = self.original
+        if getattr(self.original, "__module__", "").startswith("torch."):
+            self.call = functools.partial(_inlined, self.original)
         self.sampled_seq = -1  # the datagram after which a forward was last looked at (hook.setup)
         module.__dict__[method] = self
+        hide_from_dynamo()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Traced by dynamo (the model called from inside a compiled function or module): the hook's bookkeeping
+        # would break the graph and its counters would become guards; there is no phase to time inside a graph.
+        if _compiling():
+            return self.original(*args, **kwargs)
         session = self.session
         # Only the outermost forward of a training step (grad enabled): evaluation under no_grad and
         # recursive calls are not phases.
         if not session.active or session.in_forward or not session.grad_enabled():
-            return self.original(*args, **kwargs)
+            return self.call(*args, **kwargs)
         timed = False
         try:
             if not session.device_checked:
-                session.check_device(self.module)
+                untraced(session.check_device, self.module)
             # StepClock.switch(FORWARD), inline: this runs inside the training step, where every extra call
             # is paid with cold caches.
             log = session.clock.log
@@ -78,22 +96,22 @@ class TimedForward:
                 session.gpu.mark(FORWARD)
             timed = True
             if self.count_samples:
-                session.add_batch(args if args else kwargs)
+                untraced(session.add_batch, args if args else kwargs)
         except Exception:
             session.failed("forward")
         if not timed:
-            return self.original(*args, **kwargs)
+            return self.call(*args, **kwargs)
         probe = None
         seq = session.seq
         if seq != self.sampled_seq:  # the first training forward, then the first after each datagram
             self.sampled_seq = seq
             try:
-                probe = session.setup.sample(self.module)
+                probe = untraced(session.setup.sample, self.module, not _frame_callback())
             except Exception:
                 session.failed("looking at the forward's setup")
         session.in_forward = True
         try:
-            return self.original(*args, **kwargs)
+            return self.call(*args, **kwargs)
         finally:
             session.in_forward = False
             if probe is not None:
@@ -136,3 +154,64 @@ class TimedForward:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _never() -> bool:
+    return False
+
+
+def _no_callback() -> Any:
+    return None
+
+
+# Set by hide_from_dynamo() once torch is loaded: torch.compiler.is_compiling, and the C function that returns
+# the frame callback dynamo evaluates new frames with (None when nothing compiles them).
+_compiling: Callable[[], bool] = _never
+_frame_callback: Callable[[], Any] = _no_callback
+_disabled: Callable[..., Any] | None = None
+
+
+def hide_from_dynamo() -> None:
+    """Tell dynamo to run ``TimedForward.__call__`` as it is, and to compile the frames it calls as it would
+    without it: the model's forward, then, is the frame dynamo compiles, as it is for the model unhooked.
+
+    Without this, ``torch.compile`` of a model whose forward is the wrapper (instrumented, then compiled; or the
+    inner module of a compiled one instrumented; or ``model.compile()``) compiles the wrapper's frame: its
+    bookkeeping breaks the graph a dozen times and each new datagram number fails a guard (issue 22). Through
+    torch's C module, which ``import torch`` loads: the hook never loads dynamo itself, and the first compiled
+    call may come before any of the hook's code runs again. ``torch._dynamo.reset()`` keeps it (it clears only
+    the code dynamo compiled)."""
+    global _compiling, _frame_callback
+    try:
+        import torch
+        from torch._C._dynamo import eval_frame
+
+        _compiling = torch.compiler.is_compiling
+        skip = eval_frame._FrameExecStrategy(eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT)
+        for code in (TimedForward.__call__.__code__, untraced.__code__):
+            eval_frame.set_code_exec_strategy(code, skip)
+        _frame_callback = eval_frame.get_eval_frame_callback
+    except (ImportError, AttributeError):  # another torch's internals: dynamo traces the wrapper, as before
+        pass
+
+
+def untraced(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, a part of the hook's bookkeeping that looks at the model or the batch, where dynamo
+    does not compile it: from the wrapper's frame, which dynamo runs as it is, the frames called are compiled
+    when they hold a tensor or a module."""
+    global _disabled
+    if not _frame_callback():
+        return call(*args)
+    if _disabled is None:
+        import torch
+
+        _disabled = torch.compiler.disable(_call)  # dynamo is loaded: its callback is set
+    return _disabled(call, *args)
+
+
+def _call(call: Callable[..., Any], *args: Any) -> Any:
+    return call(*args)
+
+
+def _inlined(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return forward(*args, **kwargs)

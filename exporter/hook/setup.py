@@ -152,10 +152,11 @@ class SetupFacts:
         self.process_group_backend = process_group_backend() or self.process_group_backend
 
     # -- on a sampled training forward -------------------------------------------------------------------
-    def sample(self, model: Any) -> Any:
+    def sample(self, model: Any, look_inside: bool = True) -> Any:
         """Look at one training forward, just before it runs: under autocast, or not (then, where there is a
         probe module, a one-call pre-hook on it looks again from inside the forward). Returns that hook's
-        handle, for the caller to remove once the forward returned; None when there is none."""
+        handle, for the caller to remove once the forward returned; None when there is none. Not
+        ``look_inside``: a forward that dynamo compiles, whose guards on the probe's hooks would recompile it."""
         import torch
 
         parameter = first_parameter(model)
@@ -165,7 +166,7 @@ class SetupFacts:
         if autocast_enabled(torch, device):
             self.autocast_forwards += 1
             return None
-        if self._probe is None:
+        if self._probe is None or not look_inside:
             return None
         self._probe_device = device
         return self._probe.register_forward_pre_hook(self._look_inside)
