@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Protocol
 
+from bottleneck_exporter.hook.collective import outermost_running
 from bottleneck_exporter.hook.setup import SetupFacts
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, LOG_LIMIT, GpuTimer, StepClock
 
@@ -47,20 +49,56 @@ class ForwardSession(Protocol):
     def check_device(self, model: Any) -> None: ...
     def add_batch(self, batch: Any) -> None: ...
     def failed(self, where: str) -> None: ...
+    def attach_model(self, model: Any, count_samples_in_forward: bool = False, method: str = "forward") -> None: ...
 
 
-class TimedForward:
+class InPlaceOf:
+    """Stands in a module's ``__dict__`` for one of its methods, out of the way of what users do with the
+    module: ``copy.deepcopy`` gives the copy the plain method, pickling stores the plain method, and
+    ``remove()`` puts back what was there."""
+
+    def __init__(self, module: Any, method: str) -> None:
+        self.module = module
+        self.method = method
+        # What was there before: usually nothing in the instance (the class's method), sometimes a user's
+        # own instance-level one, which remove() restores.
+        self.previous = module.__dict__.get(method, _MISSING)
+        self.original = getattr(module, method)
+
+    def install(self) -> None:
+        self.module.__dict__[self.method] = self
+
+    def remove(self) -> None:
+        self.remove_from(self.module.__dict__)
+
+    def remove_from(self, state: dict[str, Any]) -> None:
+        """Out of ``state``, the module's ``__dict__`` or a copy of it, if it is there."""
+        if state.get(self.method) is self:
+            if self.previous is _MISSING:
+                del state[self.method]
+            else:
+                state[self.method] = self.previous
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        # A copy of the model (an EMA twin, say) is not the model being trained: it gets the plain method,
+        # bound to the copy.
+        return copy.deepcopy(self.original, memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # torch.save(model) pickles the module's __dict__: store "the module's method" instead of this
+        # object (whose session holds sockets), resolved against the rebuilt module when loading.
+        if self.previous is _MISSING:
+            return getattr, (self.module, self.method)
+        return _same, (self.previous,)
+
+
+class TimedForward(InPlaceOf):
     def __init__(self, session: ForwardSession, module: Any, count_samples: bool, method: str = "forward") -> None:
         """``method``: the module's method that runs the step's forward; ``forward``, or a LightningModule's
         ``training_step`` (which the automatic instrumentation times when the model is called inside it)."""
+        super().__init__(module, method)
         self.session = session
-        self.module = module
         self.count_samples = count_samples
-        self.method = method
-        # What was there before: usually nothing in the instance (the class's forward), sometimes a user's
-        # own instance-level forward, which remove() restores.
-        self.previous = module.__dict__.get(method, _MISSING)
-        self.original = getattr(module, method)
         self.__wrapped__ = self.original
         # How the wrapper calls the original. A torch.nn module's own forward (nn.Sequential, DDP) is in
         # dynamo's skip files: called from the wrapper's frame, which dynamo does not compile either, nothing
@@ -70,7 +108,9 @@ class TimedForward:
         if getattr(self.original, "__module__", "").startswith("torch."):
             self.call = functools.partial(_inlined, self.original)
         self.sampled_seq = -1  # the datagram after which a forward was last looked at (hook.setup)
-        module.__dict__[method] = self
+        self.replicas = Replicas(self)
+        self.install()
+        self.replicas.install()
         hide_from_dynamo()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -133,23 +173,39 @@ class TimedForward:
                     session.failed("forward")
 
     def remove(self) -> None:
-        if self.module.__dict__.get(self.method) is self:
-            if self.previous is _MISSING:
-                del self.module.__dict__[self.method]
-            else:
-                self.module.__dict__[self.method] = self.previous
+        super().remove()
+        self.replicas.remove()
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        # A copy of the model (an EMA twin, say) is not the model being trained: it gets the plain forward,
-        # bound to the copy.
-        return copy.deepcopy(self.original, memo)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # torch.save(model) pickles the module's __dict__: store "the module's forward" instead of this
-        # wrapper (which holds sockets), resolved against the rebuilt module when loading.
-        if self.previous is _MISSING:
-            return getattr, (self.module, self.method)
-        return _same, (self.previous,)
+class Replicas(InPlaceOf):
+    """``module._replicate_for_data_parallel``, on the module whose forward is timed: how
+    ``torch.nn.parallel.replicate`` makes the copy of it that a ``torch.nn.DataParallel`` on several GPUs runs
+    on each, in a thread of its own, at every forward.
+
+    The copy is a copy of the module's ``__dict__``, the wrapper in it: without this each replica would run
+    the *original* module's forward, with the parameters on the first GPU and its inputs on its own GPU (a
+    device mismatch raised into training), and the replicas' threads would all mark the one timeline. Each
+    replica gets its own forward back, untimed, and the DataParallel that runs them is timed instead, on the
+    training thread, from its next forward (this one is under way)."""
+
+    def __init__(self, timed: TimedForward) -> None:
+        super().__init__(timed.module, "_replicate_for_data_parallel")
+        self.timed = timed
+
+    def __call__(self) -> Any:
+        replica = self.original()
+        timed = self.timed
+        try:
+            state = replica.__dict__
+            timed.remove_from(state)
+            self.remove_from(state)
+            parallel = sys.modules["torch.nn.parallel"]
+            wrapper = outermost_running(timed.module, [parallel.DataParallel])
+            if wrapper is not None and timed.session.active:
+                timed.session.attach_model(wrapper, timed.count_samples)
+        except Exception:
+            timed.session.failed("replicating the model for DataParallel")
+        return replica
 
 
 def _same(value: Any) -> Any:
