@@ -73,6 +73,7 @@ bench: venv tools
 	$(PY) benchmarks/scrape_vs_node_exporter.py
 	$(PY) benchmarks/procfs_vs_psutil.py
 	$(PY) benchmarks/hook_overhead.py
+	$(PY) benchmarks/hook_compile.py
 
 # Regenerate every committed artefact of the heuristics catalogue: rules, alerts, runbook, promtool tests,
 # dashboards, the monitoring mixin (mixin/), the Kubernetes PrometheusRule and dashboard ConfigMaps; and

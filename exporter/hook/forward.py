@@ -11,10 +11,11 @@ The wrapper stays out of the way of what users do with models: ``inspect.signatu
 the original (``__wrapped__``), ``copy.deepcopy(model)`` (EMA models) gets an unwrapped copy, pickling the
 whole model stores the plain forward, and ``remove()`` puts the original back.
 
-And of ``torch.compile``, whatever the order (docs/hook.md, "torch.compile"): dynamo runs the wrapper's frame
-as it is and compiles the model's forward under it, the same frame, graphs and guards as unhooked
-(``hide_from_dynamo``); the timing sits around the compiled forward. Traced inside a frame dynamo compiles
-(a compiled function calling the model), the wrapper is only a call of the forward.
+And of ``torch.compile``, whatever the order (docs/hook.md, "Under torch.compile"): dynamo runs the wrapper's
+frame as it is and compiles the model's forward under it, the same frame, graphs and guards as unhooked
+(``hide_from_dynamo``); the timing sits around the compiled forward. Traced inside a frame dynamo compiles (a
+compiled function calling the model), the wrapper is only a call of the forward. And of ``DataParallel``'s
+replicas, which copy it with the module's ``__dict__`` (``Replicas``).
 """
 
 from __future__ import annotations
