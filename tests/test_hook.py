@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook import instrument
+from bottleneck_exporter.hook.forward import InPlaceOf
 from bottleneck_exporter.hook.session import Session
 from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
 from bottleneck_exporter.hook.transport import Transport
@@ -413,6 +414,9 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
     loaded = torch.load(tmp_path / "model.pt", weights_only=False)
     x = torch.randn(3, 4)
     assert torch.equal(loaded(x), model(x)) and torch.equal(twin(x), model(x))
+    for copied in (twin, loaded):  # none of the hook's objects, DataParallel's replica maker included
+        assert not [name for name, value in copied.__dict__.items() if isinstance(value, InPlaceOf)]
+        assert copied._replicate_for_data_parallel.__self__ is copied
 
     marks = len(session.clock.log)
     assert marks > 0  # the model(x) calls above, with grad enabled, were timed
@@ -420,7 +424,7 @@ def test_instrumented_model_still_deepcopies_pickles_and_shows_its_signature(tmp
         model(x)  # evaluation is not a training forward
     assert len(session.clock.log) == marks
     session.close()  # closing puts the original forward back
-    assert "forward" not in model.__dict__
+    assert "forward" not in model.__dict__ and "_replicate_for_data_parallel" not in model.__dict__
 
 
 
