@@ -167,6 +167,8 @@ def compiled_training(order: str, rx: tuple[socket.socket, str] | None,
 
     if instrument_first:
         loader = hooked(None)
+        # What instrument() told dynamo outlives a reset (tests and notebooks call it between runs).
+        torch._dynamo.reset()
         called = compile_model(model)
     else:
         called = compile_model(model)
