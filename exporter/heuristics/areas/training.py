@@ -126,10 +126,11 @@ RECORDS: tuple[Record, ...] = (
     # A rank's share of its CPU limit (the ranks of one container share its limit).
     Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_share_cores:max",
            _of_rank("bottleneck_training_cpu_limit_share_cores"), "training"),
-    # The cores a rank's DataLoader workers could use. Under a CPU limit, its share of the limit less a core
-    # for its main thread: the limit is the container's budget, and the node's idle cores beyond it are not
-    # the rank's to take (a neighbour's burst, a core kept for another pod), however many idle now. Without
-    # one, the workers it has plus its share of the node's idle cores.
+    # The cores a rank's DataLoader workers could use: the workers it has plus its share of the node's idle
+    # cores, and under a CPU limit no more than its share of the limit less a core for its main thread. The
+    # limit caps, it does not reserve (a CFS quota is a ceiling; only the request, cpu.weight, is a share
+    # under contention): on a node whose cores are all busy the limit's cores are not there, and more
+    # workers would queue beside the processes BottleneckCpuSaturated tells to stop.
     Record("loader_cores_idle", f"job_rank:bottleneck_train_loader_cores_with_idle:rate{W}",
            "bottleneck_train_dataloader_num_workers\n+ on (instance) group_left ()\n(\n  <<cpu_free_cores>>\n"
            "  / on (instance)\n  count by (instance) (bottleneck_train_dataloader_num_workers)\n)", "training"),
@@ -144,10 +145,10 @@ RECORDS: tuple[Record, ...] = (
            "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
            "(<<rank_allowed_cpus>> < on (instance) group_left () <<cpus>>) - 1", "training"),
     Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
-           # The lower of the two where both exist, else the one there is. Not (a <= b) or b or a: MetricsQL
+           # The lowest of those that exist. Not (a <= b) or b or a: MetricsQL
            # (vmalert) fills a series the comparison dropped with the right-hand value (docs/rules.md).
-           'min without (cores) (\n  label_replace(\n    <<loader_cores_limit>>\n    or\n    <<loader_cores_idle>>,\n'
-           '    "cores", "budget", "", ""\n  )\n  or\n'
+           'min without (cores) (\n  label_replace(<<loader_cores_idle>>, "cores", "idle", "", "")\n  or\n'
+           '  label_replace(<<loader_cores_limit>>, "cores", "limit", "", "")\n  or\n'
            '  label_replace(<<loader_cores_pinned>>, "cores", "pinned", "", "")\n)', "training"),
     # What the training thread loses besides its phases, as shares of its stepping time: Python's collector
     # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
@@ -286,21 +287,22 @@ HEURISTICS: tuple[Heuristic, ...] = (
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for "
         "the next batch more than ${data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
         "than ${loader_workers_cores_ratio:pct} of the cores left to them; num_workers={{ $value | humanize }} "
-        "uses those cores (under a CPU limit, its share of the limit less a core for the main thread; without "
-        "one, its workers now plus its share of the node's idle cores; no more than the CPUs it is pinned to "
-        "less that core).",
+        "uses those cores (its workers now plus its share of the node's idle cores; no more than its share of "
+        "a CPU limit, or the CPUs it is pinned to, less a core for the main thread).",
         advice="Set DataLoader num_workers to the number this verdict names (its summary and evidence: the "
-        "rank's share of its CPU limit less one core for the main thread, or without a limit its workers plus "
-        "its share of the node's idle cores), with persistent_workers=True and pin_memory=True; then look "
+        "rank's workers plus its share of the node's idle cores, capped by its share of its CPU limit less one "
+        "core for the main thread), with persistent_workers=True and pin_memory=True; then look "
         "again: a rank that still waits needs cheaper transforms or GPU-side augmentation.",
         meaning="The rank is input-bound and its loaders are not what is short of CPU: the node has idle cores "
         "the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
-        "parallel loaders than 70% of the cores). The number to set is computed, not guessed. Under a CPU limit "
-        "(a Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is the rank's share of the limit "
-        "(the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one core for "
-        "the main thread, whatever the node's other cores do: the limit is the container's budget, and the "
-        "node's idle cores beyond it are not the rank's to take. Without a limit it is the workers the rank "
-        "has plus the node's idle cores shared among the ranks on the node. A rank pinned to fewer CPUs than "
+        "parallel loaders than 70% of the cores). The number to set is computed, not guessed: the workers the "
+        "rank has plus the node's idle cores shared among the ranks on the node. Under a CPU limit (a "
+        "Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is no more than the rank's share of the "
+        "limit (the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one "
+        "core for the main thread: the node's idle cores beyond the limit are not the rank's to take. Nor is "
+        "the limit more than the node has: a CFS quota is a ceiling, not cores kept for the container, so on "
+        "a node whose cores are all busy (BottleneckCpuSaturated) the rank is told no number, since more "
+        "workers would only queue for the same cores. A rank pinned to fewer CPUs than "
         "the node has (taskset, a cpuset: docker --cpuset-cpus, Slurm, the kubelet's static CPU manager; "
         "`bottleneck_training_allowed_cpus`) gets no more than those CPUs less the main thread's core.",
         evidence="`bottleneck_train_dataloader_num_workers` per rank, the data wait in "
