@@ -130,6 +130,32 @@ def test_a_gloo_process_group_is_pushed_and_exported_with_the_model_on_the_cpu(
                     parameters_dtype="float32") == 1.0
 
 
+def test_ddp_over_a_group_of_its_own_is_judged_by_that_group_s_backend_not_the_default_one(
+        tmp_path: Path, rx: tuple[socket.socket, str]) -> None:
+    """Regression: the hook sent the default group's backend, not that of the group DDP all-reduces over
+    (``DistributedDataParallel(process_group=...)``): a job whose default group is NCCL and whose DDP runs on a
+    gloo group escaped SlowCollectiveBackend. A backend registered here stands in for the default NCCL group
+    (a CPU build of torch has no NCCL); DDP's group is a real gloo one."""
+    sock, address = rx
+    dist.Backend.register_backend(
+        "standin_default", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout),
+        devices=["cpu"])
+    dist.init_process_group("standin_default", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1),
+                                                          process_group=dist.new_group(backend="gloo"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = instrument(DataLoader(data(), batch_size=8), model=model, optimizer=optimizer, address=address)
+        train(loader, model, optimizer)
+        train(loader, model, optimizer)  # a second iter(loader) reads the backend again
+        sent = last_sent(loader.bottleneck_session, sock)
+        loader.bottleneck_session.close()
+        assert process_group_backend() == "standin_default"  # what the hook used to send
+    finally:
+        dist.destroy_process_group()
+    assert sent.setup is not None and sent.setup.process_group_backend == "gloo"
+
+
 def test_without_a_process_group_the_backend_is_left_out(rx: tuple[socket.socket, str]) -> None:
     sock, address = rx
     model = torch.nn.Linear(4, 1)

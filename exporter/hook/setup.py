@@ -49,13 +49,30 @@ def data_parallel_devices(model: Any, find_wrapper: bool = False) -> int:
     return len(getattr(model, "device_ids", None) or ())
 
 
-def process_group_backend() -> str | None:
-    """torch.distributed.get_backend() of the default process group, None before it is initialised and for a
-    name the datagram cannot carry (a custom backend's: the receiver would refuse every datagram of the rank)."""
+def ddp_process_group(model: Any, find_wrapper: bool = False) -> Any:
+    """The process group a ``DistributedDataParallel`` all-reduces ``model``'s gradients over (its
+    ``process_group=``, which need not be the default group), or with ``find_wrapper`` that of the DDP on the
+    stack running it; None without one."""
+    parallel = sys.modules.get("torch.nn.parallel")
+    wrapper = getattr(parallel, "DistributedDataParallel", None)
+    if wrapper is None:
+        return None
+    if not isinstance(model, wrapper):
+        model = outermost_running(model, [wrapper]) if find_wrapper else None
+    return getattr(model, "process_group", None)
+
+
+def process_group_backend(group: Any = None) -> str | None:
+    """torch.distributed.get_backend() of ``group`` (the default process group when None), None before it is
+    initialised, once destroyed, and for a name the datagram cannot carry (a custom backend's: the receiver
+    would refuse every datagram of the rank)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
-    backend = str(dist.get_backend()).lower()
+    try:
+        backend = str(dist.get_backend(group)).lower()
+    except (RuntimeError, ValueError):  # a group destroyed since (dist.destroy_process_group(group))
+        return None
     return backend if BACKEND_PATTERN.fullmatch(backend) else None
 
 
@@ -111,6 +128,7 @@ class SetupFacts:
     def __init__(self) -> None:
         self.data_parallel_devices = 0
         self.process_group_backend: str | None = None
+        self._ddp_group: Any = None  # DDP's process group, where the model is DDP: the one its gradients use
         self.parameters_dtype: str | None = None
         self.compute_capability: float | None = None
         self.sampled_forwards = 0
@@ -128,7 +146,8 @@ class SetupFacts:
         """The model's setup; ``find_wrapper``: called from inside its forward, where a DataParallel the hook
         was not handed is on the stack."""
         self.data_parallel_devices = data_parallel_devices(model, find_wrapper)
-        self.process_group_backend = process_group_backend()
+        self._ddp_group = ddp_process_group(model, find_wrapper)
+        self.process_group_backend = process_group_backend(self._ddp_group)
         parameter = first_parameter(model)
         self.parameters_dtype = dtype_name(parameter)
         device = getattr(parameter, "device", None)
@@ -149,7 +168,7 @@ class SetupFacts:
         if pids and pids not in self._worker_pids:
             self.loader_worker_starts += 1
             self._worker_pids.append(pids)
-        self.process_group_backend = process_group_backend() or self.process_group_backend
+        self.process_group_backend = process_group_backend(self._ddp_group) or self.process_group_backend
 
     # -- on a sampled training forward -------------------------------------------------------------------
     def sample(self, model: Any) -> Any:

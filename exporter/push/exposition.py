@@ -152,7 +152,8 @@ class _RankFamilies:
         self.compile_seconds = _counter("bottleneck_train_compile_seconds_total",
                                         "Seconds the training thread spent in torch.compile's compilations.")
         self.setup_info = _gauge("bottleneck_train_setup_info",
-                                 "How the rank is set up: the default process group's backend (\"\" without one) "
+                                 "How the rank is set up: the backend of the process group its DDP all-reduces over, "
+                                 "else the default group's (\"\" without one), "
                                  "and the model parameters' dtype; value 1.",
                                  [*_JR, "process_group_backend", "parameters_dtype"])
         self.data_parallel = _gauge("bottleneck_train_data_parallel_devices",

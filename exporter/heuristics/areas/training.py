@@ -746,17 +746,20 @@ HEURISTICS: tuple[Heuristic, ...] = (
         summary="Job {{ $labels.training_job }} trains on CUDA with a {{ $labels.process_group_backend }} process "
         "group.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} keeps its "
-        "model on a CUDA device while its default process group runs on "
-        "{{ $labels.process_group_backend }}, not NCCL: its collectives, in flight "
+        "model on a CUDA device while the process group its DistributedDataParallel all-reduces over (the "
+        "default group without DDP) runs on {{ $labels.process_group_backend }}, not NCCL: its collectives, in flight "
         "{{ $value | humanizePercentage }} of every step, copy their tensors to the host and back.",
         advice="Initialise the process group with NCCL for CUDA tensors: "
         "torch.distributed.init_process_group(\"nccl\") (or \"cpu:gloo,cuda:nccl\" where CPU tensors need "
-        "collectives too); with torchrun set no backend and PyTorch picks NCCL for CUDA.",
+        "collectives too); with torchrun set no backend and PyTorch picks NCCL for CUDA. Where DDP is given a "
+        "group of its own (DistributedDataParallel(process_group=...)), make that group with backend=\"nccl\".",
         meaning="Gloo (and MPI without CUDA awareness) all-reduce CUDA tensors by staging them through host "
         "memory over TCP, far slower than NCCL's GPU-direct rings over NVLink, PCIe or InfiniBand, and they "
         "hold the training thread while they do. The PyTorch profiler's TensorBoard plugin recommended NCCL for "
-        "any DDP job on CUDA that was not on it. The hook reads torch.distributed.get_backend() when the model "
-        "first runs and at each DataLoader iterator; a backend string that names nccl for CUDA "
+        "any DDP job on CUDA that was not on it. The hook reads torch.distributed.get_backend() of the group "
+        "the model's DistributedDataParallel all-reduces over (its process_group=, which need not be the "
+        "default group; the default group without DDP) when the model first runs and at each DataLoader "
+        "iterator; a backend string that names nccl for CUDA "
         "(\"cpu:gloo,cuda:nccl\") is fine, and a job of one rank has no collectives to slow. The value is the "
         "share of the step with the rank's collectives in flight, where the hook times them (DDP, FSDP): a "
         "process group that carries none of the training's collectives does not count.",
