@@ -220,8 +220,9 @@
     // no matmul speed-up, so BottleneckNoMixedPrecision stays silent.
     tensor_core_capability: 7,
     // NVML GPM tensor activity (share of time the SMs ran Tensor-Core instructions, Hopper and later) above which
-    // a node's GPUs use their Tensor Cores without autocast (bfloat16 weights, TF32 matmuls):
-    // BottleneckNoMixedPrecision stays silent on that node.
+    // a node's GPUs use their Tensor Cores in a precision the hook cannot see (an autocast inside a compiled
+    // model): BottleneckNoMixedPrecision stays silent there for a job whose float32 matmuls are exact (with TF32
+    // on, the activity is TF32's).
     tensor_activity_ratio: 0.05,
     // DataLoader worker starts an hour (over the rate window) above which a rank re-forks its workers too often:
     // two or more in one 5-minute window (epochs under 2.5 minutes each forking a new set); a single start reads

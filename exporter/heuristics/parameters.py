@@ -192,8 +192,9 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "7.0): below it autocast's float16 brings no matmul speed-up, so BottleneckNoMixedPrecision stays "
               "silent."),
     Parameter("tensor_activity_ratio", 0.05, "NVML GPM tensor activity (share of time the SMs ran Tensor-Core "
-              "instructions, Hopper and later) above which a node's GPUs use their Tensor Cores without autocast "
-              "(bfloat16 weights, TF32 matmuls): BottleneckNoMixedPrecision stays silent on that node."),
+              "instructions, Hopper and later) above which a node's GPUs use their Tensor Cores in a precision the "
+              "hook cannot see (an autocast inside a compiled model): BottleneckNoMixedPrecision stays silent there "
+              "for a job whose float32 matmuls are exact (with TF32 on, the activity is TF32's)."),
     Parameter("loader_worker_starts_per_hour", 20, "DataLoader worker starts an hour (over the rate window) above "
               "which a rank re-forks its workers too often: two or more in one 5-minute window (epochs under "
               "2.5 minutes each forking a new set); a single start reads at most 15 an hour there."),

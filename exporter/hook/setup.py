@@ -24,7 +24,7 @@ from typing import Any
 
 from bottleneck_exporter.hook.collective import outermost_running
 from bottleneck_exporter.wire import encode
-from bottleneck_exporter.wire.schema import BACKEND_PATTERN, DTYPE_PATTERN
+from bottleneck_exporter.wire.schema import BACKEND_PATTERN, DTYPE_PATTERN, FLOAT32_MATMUL_PRECISIONS
 
 # Worker sets remembered: a training loader's persistent workers and an evaluation loader's, iterated in
 # turn, each keep theirs; only a set not seen before is a start.
@@ -74,6 +74,21 @@ def process_group_backend(group: Any = None) -> str | None:
     except (RuntimeError, ValueError):  # a group destroyed since (dist.destroy_process_group(group))
         return None
     return backend if BACKEND_PATTERN.fullmatch(backend) else None
+
+
+# torch.backends.cuda.matmul.fp32_precision (PyTorch's newer setting) in get_float32_matmul_precision()'s words.
+_FP32_PRECISION = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def float32_matmul_precision(torch: Any) -> str | None:
+    """torch.get_float32_matmul_precision() ("high": TF32 on Tensor Cores), a flag of the process, no device
+    call. Where the newer per-backend setting was mixed with it, that call raises: the CUDA matmul setting then.
+    None for an answer the datagram cannot carry."""
+    try:
+        precision = str(torch.get_float32_matmul_precision())
+    except RuntimeError:
+        precision = _FP32_PRECISION.get(str(getattr(torch.backends.cuda.matmul, "fp32_precision", "")), "")
+    return precision if precision in FLOAT32_MATMUL_PRECISIONS else None
 
 
 def autocast_enabled(torch: Any, device_type: str) -> bool:
@@ -131,6 +146,7 @@ class SetupFacts:
         self._ddp_group: Any = None  # DDP's process group, where the model is DDP: the one its gradients use
         self.parameters_dtype: str | None = None
         self.compute_capability: float | None = None
+        self.float32_matmul_precision: str | None = None
         self.sampled_forwards = 0
         self.autocast_forwards = 0
         self.loader_iterators = 0
@@ -158,6 +174,7 @@ class SetupFacts:
             major, minor = torch.cuda.get_device_capability(index)  # the driver's attributes, no kernel
             self.compute_capability = major + minor / 10
         self._probe = probe_module(model)
+        self.float32_matmul_precision = float32_matmul_precision(sys.modules["torch"])
 
     # -- at each iter(loader) -----------------------------------------------------------------------------
     def started_iterator(self, worker_pids: Sequence[int]) -> None:
@@ -169,6 +186,9 @@ class SetupFacts:
             self.loader_worker_starts += 1
             self._worker_pids.append(pids)
         self.process_group_backend = process_group_backend(self._ddp_group) or self.process_group_backend
+        torch = sys.modules.get("torch")
+        if torch is not None:  # set between epochs too (torch.set_float32_matmul_precision)
+            self.float32_matmul_precision = float32_matmul_precision(torch) or self.float32_matmul_precision
 
     # -- on a sampled training forward -------------------------------------------------------------------
     def sample(self, model: Any) -> Any:
@@ -207,7 +227,8 @@ class SetupFacts:
     def encoded(self) -> str:
         """``,"setup":{..}``, formatted again only when a fact or count changed."""
         key = (self.data_parallel_devices, self.sampled_forwards, self.autocast_forwards, self.loader_iterators,
-               self.loader_worker_starts, self.process_group_backend, self.parameters_dtype, self.compute_capability)
+               self.loader_worker_starts, self.process_group_backend, self.parameters_dtype, self.compute_capability,
+               self.float32_matmul_precision)
         if key != self._key:
             self._json = encode.setup(*key)
             self._key = key

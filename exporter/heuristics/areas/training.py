@@ -771,20 +771,31 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="NoMixedPrecision",
         verdict="no mixed precision on a GPU with Tensor Cores",
-        expr="bottleneck_train_cuda_compute_capability >= ${tensor_core_capability}\n"
-        "and on (instance, training_job, rank) <<autocast_share>> == 0\n"
-        'and on (instance, training_job, rank) bottleneck_train_setup_info{parameters_dtype="float32"}\n'
-        # Where GPM measures Tensor-Core activity on the node, busy Tensor Cores say the job uses them anyway.
-        "unless on (instance) <<tensor_core_use>> > ${tensor_activity_ratio}",
+        # Named with torch's float32 matmul precision: TF32 ("high") puts float32 matmuls on the Tensor Cores,
+        # yet bfloat16 autocast still doubles their throughput and halves the activations' memory traffic.
+        expr="(\n  bottleneck_train_cuda_compute_capability >= ${tensor_core_capability}\n"
+        "  and on (instance, training_job, rank) <<autocast_share>> == 0\n)\n"
+        "+ on (instance, training_job, rank) group_left (float32_matmul_precision)\n"
+        '(0 * bottleneck_train_setup_info{parameters_dtype="float32"})\n'
+        # Where GPM measures Tensor-Core activity on the node and the job's float32 matmuls are exact, busy
+        # Tensor Cores say it uses them in lower precision the hook cannot see (an autocast inside a compiled
+        # model); with TF32 on, they are the TF32 matmuls.
+        "unless on (instance, training_job, rank) (\n"
+        '  bottleneck_train_setup_info{float32_matmul_precision!~"high|medium"}\n'
+        "  and on (instance) <<tensor_core_use>> > ${tensor_activity_ratio}\n)",
         for_="30m",
         summary="Job {{ $labels.training_job }} trains in float32 on a GPU with Tensor Cores.",
         description="No training forward of rank {{ $labels.rank }} of job {{ $labels.training_job }} on "
         "{{ $labels.instance }} ran under torch.autocast over the last ${rate_window}, with float32 parameters, "
-        "on a GPU of compute capability {{ $value | humanize }} (Tensor Cores from ${tensor_core_capability}).",
+        "on a GPU of compute capability {{ $value | humanize }} (Tensor Cores from ${tensor_core_capability}); "
+        "torch's float32 matmul precision: {{ $labels.float32_matmul_precision }} (\"high\" or \"medium\": TF32 "
+        "or bfloat16 matmuls on the Tensor Cores already, which autocast to bfloat16 would still speed up, "
+        "with half the activations' memory traffic).",
         advice="Run the forward and the loss under torch.autocast(\"cuda\", dtype=torch.bfloat16) (Ampere and "
-        "later; float16 with a torch.amp.GradScaler on Volta and Turing), or at least allow TF32 matmuls "
-        "(torch.set_float32_matmul_precision(\"high\")); Lightning: precision=\"bf16-mixed\", Hugging Face: "
-        "bf16=True.",
+        "later; float16 with a torch.amp.GradScaler on Volta and Turing); Lightning: precision=\"bf16-mixed\", "
+        "Hugging Face: bf16=True. Where the verdict's float32_matmul_precision is \"highest\" and autocast "
+        "cannot be used yet, at least allow TF32 matmuls (torch.set_float32_matmul_precision(\"high\")); where "
+        "it is \"high\" or \"medium\", TF32 is on already and autocast is the step left.",
         meaning="Tensor Cores run float16 and bfloat16 matrix multiplications (and TF32 on Ampere and later) "
         "several times faster than float32 on the CUDA cores, and halve the activations' memory; a job that "
         "trains in plain float32 leaves most of the GPU's throughput unused. The PyTorch profiler's TensorBoard "
@@ -792,11 +803,16 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "the first training forward after each datagram (torch.is_autocast_enabled, outside the model and "
         "inside its first layer, so an autocast the model's own forward enters counts, except in a "
         "torch.compile'd model, where a hook would cost a recompilation); models kept in "
-        "bfloat16 or float16 need no autocast and do not count. Where the GPU collector reads NVML GPM (Hopper "
-        "and later), Tensor-Core activity above ${tensor_activity_ratio:pct} on the node (TF32, low-precision "
-        "weights) keeps the verdict silent.",
+        "bfloat16 or float16 need no autocast and do not count. TF32 (torch.get_float32_matmul_precision() "
+        "\"high\", or torch.backends.cuda.matmul.allow_tf32) does not silence it: it runs float32 matmuls on "
+        "the Tensor Cores at about half bfloat16's rate and leaves every activation in float32, twice the "
+        "memory and memory traffic, so the verdict names the precision the hook read. Where the GPU collector "
+        "reads NVML GPM (Hopper and later) and the job's float32 matmuls are exact (\"highest\"), Tensor-Core "
+        "activity above ${tensor_activity_ratio:pct} on the node says it computes in lower precision where "
+        "the hook cannot see it, and keeps the verdict silent.",
         evidence="`bottleneck_train_autocast_forwards_total` against `bottleneck_train_sampled_forwards_total`, "
-        "`bottleneck_train_cuda_compute_capability`, `bottleneck_train_setup_info` (label parameters_dtype), "
+        "`bottleneck_train_cuda_compute_capability`, `bottleneck_train_setup_info` (labels parameters_dtype and "
+        "float32_matmul_precision), "
         "`bottleneck_gpu_tensor_activity_ratio` where GPM is measured.",
         scope=RANK, unit="short", group="training", tiers=(Tier("info"),),
     ),

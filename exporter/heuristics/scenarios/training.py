@@ -330,9 +330,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         lambda t: rank(t) + setup(t, capability=6.0), severity="info"),
     row("NoMixedPrecision", NEAR_MISS, "model_kept_in_bfloat16_needs_no_autocast",
         lambda t: rank(t) + setup(t, capability=8.0, dtype="bfloat16"), severity="info"),
-    row("NoMixedPrecision", NEAR_MISS, "h100_tensor_cores_busy_with_tf32_matmuls",
-        lambda t: rank(t) + setup(t, capability=9.0) + gpu(t, tensor=0.4), severity="info",
+    # Exact float32 matmuls: the busy Tensor Cores are lower precision the hook cannot see (an autocast
+    # inside a compiled model).
+    row("NoMixedPrecision", NEAR_MISS, "h100_tensor_cores_busy_while_its_float32_matmuls_are_exact",
+        lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="highest") + gpu(t, tensor=0.4),
+        severity="info", needs=("bottleneck_gpu_tensor_activity_ratio",)),
+    # Regression: busy Tensor Cores silenced the verdict where they were TF32's, whose float32 activations
+    # autocast to bfloat16 would still halve.
+    row("NoMixedPrecision", FIRES, "h100_tensor_cores_busy_with_tf32_matmuls_still_float32_activations",
+        lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="high") + gpu(t, tensor=0.4),
+        e({**RANK0, "float32_matmul_precision": "high"}, 9.0), severity="info",
         needs=("bottleneck_gpu_tensor_activity_ratio",)),
+    # Regression: the verdict did not say that TF32 was on, and advised turning it on.
+    row("NoMixedPrecision", FIRES, "a100_with_tf32_on_is_told_so",
+        lambda t: rank(t) + setup(t, capability=8.0, matmul_precision="high"),
+        e({**RANK0, "float32_matmul_precision": "high"}, 8.0), severity="info"),
     row("NoMixedPrecision", NEAR_MISS, "cpu_rank_has_no_tensor_cores",
         lambda t: rank(t, device="cpu") + setup(t, capability=None), severity="info"),
     row("NoMixedPrecision", NOT_YET, "float32_job_started_recently",
