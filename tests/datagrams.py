@@ -105,5 +105,6 @@ def full_payload(job: str, rank: int) -> dict[str, Any]:
     payload["compile"] = {"compiles": 3, "recompiles": 2, "seconds": 4.5}  # sent once dynamo is loaded
     payload["setup"] = {"data_parallel_devices": 2, "sampled_forwards": 40, "autocast_forwards": 0,
                         "loader_iterators": 3, "loader_worker_starts": 3, "process_group_backend": "gloo",
-                        "parameters_dtype": "float32", "compute_capability": 8.0}  # a CUDA rank's, all known
+                        "parameters_dtype": "float32", "compute_capability": 8.0,
+                        "float32_matmul_precision": "high"}  # a CUDA rank's, all known
     return payload

@@ -116,7 +116,65 @@ def test_a_gloo_process_group_is_pushed_and_exported_with_the_model_on_the_cpu(
     assert sent.setup is not None and sent.setup.process_group_backend == "gloo"
     assert sent.device == "cpu" and sent.setup.compute_capability is None  # no CUDA: SlowCollectiveBackend cannot hold
     assert exported(sent, "bottleneck_train_setup_info", process_group_backend="gloo",
-                    parameters_dtype="float32") == 1.0
+                    parameters_dtype="float32", float32_matmul_precision="highest") == 1.0
+
+
+def test_ddp_over_a_group_of_its_own_is_judged_by_that_group_s_backend_not_the_default_one(
+        tmp_path: Path, rx: tuple[socket.socket, str]) -> None:
+    """Regression: the hook sent the default group's backend, not that of the group DDP all-reduces over
+    (``DistributedDataParallel(process_group=...)``): a job whose default group is NCCL and whose DDP runs on a
+    gloo group escaped SlowCollectiveBackend. A backend registered here stands in for the default NCCL group
+    (a CPU build of torch has no NCCL); DDP's group is a real gloo one."""
+    sock, address = rx
+    dist.Backend.register_backend(
+        "standin_default", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout),
+        devices=["cpu"])
+    dist.init_process_group("standin_default", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1),
+                                                          process_group=dist.new_group(backend="gloo"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = instrument(DataLoader(data(), batch_size=8), model=model, optimizer=optimizer, address=address)
+        train(loader, model, optimizer)
+        train(loader, model, optimizer)  # a second iter(loader) reads the backend again
+        sent = last_sent(loader.bottleneck_session, sock)
+        loader.bottleneck_session.close()
+        assert process_group_backend() == "standin_default"  # what the hook used to send
+    finally:
+        dist.destroy_process_group()
+    assert sent.setup is not None and sent.setup.process_group_backend == "gloo"
+
+
+@pytest.mark.parametrize("setting", ["legacy", "per_backend"])
+def test_tf32_matmuls_are_sent_and_exported_however_they_were_turned_on(
+        setting: str, rx: tuple[socket.socket, str]) -> None:
+    """NoMixedPrecision names torch's float32 matmul precision: "high" is TF32 on the Tensor Cores. Turned on
+    with torch.set_float32_matmul_precision (what allow_tf32=True sets too), or with the newer per-backend
+    setting, mixed with which torch.get_float32_matmul_precision() raises: read from the CUDA matmul setting.
+    The setting is read again at each iter(loader): a job may turn it on after its first forward."""
+    sock, address = rx
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = instrument(DataLoader(data(), batch_size=8), model=model, optimizer=optimizer, address=address)
+    try:
+        train(loader, model, optimizer)
+        before = last_sent(loader.bottleneck_session, sock)
+        if setting == "legacy":
+            torch.set_float32_matmul_precision("high")
+        else:
+            torch.backends.cuda.matmul.fp32_precision = "tf32"
+            with pytest.raises(RuntimeError):  # what the hook must not let through
+                torch.get_float32_matmul_precision()
+        train(loader, model, optimizer)
+        sent = last_sent(loader.bottleneck_session, sock)
+    finally:
+        loader.bottleneck_session.close()
+        torch.backends.cuda.matmul.fp32_precision = "none"
+        torch.set_float32_matmul_precision("highest")
+    assert before.setup is not None and before.setup.float32_matmul_precision == "highest"  # torch's default
+    assert sent.setup is not None and sent.setup.float32_matmul_precision == "high"
+    assert exported(sent, "bottleneck_train_setup_info", process_group_backend="", parameters_dtype="float32",
+                    float32_matmul_precision="high") == 1.0
 
 
 def test_without_a_process_group_the_backend_is_left_out(rx: tuple[socket.socket, str]) -> None:
@@ -129,7 +187,8 @@ def test_without_a_process_group_the_backend_is_left_out(rx: tuple[socket.socket
     loader.bottleneck_session.close()
     assert sent.setup is not None and sent.setup.process_group_backend is None
     assert "process_group_backend" not in json.loads(loader.bottleneck_session._datagram())["setup"]
-    assert exported(sent, "bottleneck_train_setup_info", process_group_backend="", parameters_dtype="float32") == 1.0
+    assert exported(sent, "bottleneck_train_setup_info", process_group_backend="", parameters_dtype="float32",
+                    float32_matmul_precision="highest") == 1.0
 
 
 def test_a_backend_name_the_datagram_cannot_carry_is_left_out_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,6 +339,9 @@ def test_setup_facts_in_a_datagram_are_checked_like_the_rest() -> None:
         ({"process_group_backend": "gloo\"} 1"}, "bad_label", "setup.process_group_backend"),
         ({"parameters_dtype": 16}, "bad_schema", "setup.parameters_dtype: expected a string"),
         ({"compute_capability": 800.0}, "bad_number", "setup.compute_capability"),
+        ({"float32_matmul_precision": "tf32"}, "bad_label",
+         "setup.float32_matmul_precision: 'tf32' is none of highest, high, medium"),
+        ({"float32_matmul_precision": 32}, "bad_schema", "setup.float32_matmul_precision: expected a string"),
         ({"data_parallel_devices": -1}, "bad_number", "setup.data_parallel_devices"),
         ({"threads": 4}, "bad_schema", "setup.threads: unknown key"),
     ]

@@ -187,7 +187,7 @@ def test_every_metric_the_rules_read_is_exposed_by_the_exporter(tmp_path: Path) 
         "compile": {"compiles": 3, "recompiles": 2, "seconds": 4.5},
         "setup": {"data_parallel_devices": 0, "sampled_forwards": 40, "autocast_forwards": 0, "loader_iterators": 3,
                   "loader_worker_starts": 3, "process_group_backend": "nccl", "parameters_dtype": "float32",
-                  "compute_capability": 8.0},
+                  "compute_capability": 8.0, "float32_matmul_precision": "high"},
     }
     assert receiver.handle(json.dumps(datagram).encode())
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))

@@ -286,6 +286,25 @@ def test_a_garbled_cpu_list_costs_that_trainers_allowed_cpus_only_and_is_logged_
     assert "4242/status: Cpus_allowed_list: expected a list" in caplog.text
 
 
+def test_a_trainer_s_garbled_cpu_list_is_logged_once_and_again_only_after_it_read_well(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    proc = tmp_path / "proc"
+    shutil.copytree(TRAINING / "proc-t0", proc, symlinks=True)
+    status = proc / "4242" / "status"
+    good = status.read_text()
+    collector = training_collector(proc, fixture_registry())
+
+    def scrape_logged(text: str) -> int:
+        status.write_text(text)
+        caplog.clear()
+        list(collector.collect())
+        return sum("no allowed CPUs for train.py" in record.getMessage() for record in caplog.records)
+
+    garbled = good.replace("Cpus_allowed_list:\t0-7", "Cpus_allowed_list:\t7-0")
+    assert [scrape_logged(garbled), scrape_logged(garbled), scrape_logged(good), scrape_logged(garbled)] == \
+        [1, 0, 0, 1]
+
+
 @pytest.mark.parametrize(("argv", "comm", "expected"), [
     (["python3", "train.py", "--lr", "1"], "python3", "train.py"),
     (["/usr/bin/python3.11", "-u", "-X", "dev", "/src/job/pretrain_gpt.py"], "python3.11", "pretrain_gpt.py"),

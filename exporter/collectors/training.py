@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from bottleneck_exporter.collectors.base import Context, register
+from bottleneck_exporter.collectors.problems import ProblemLog
 from bottleneck_exporter.kube.processes import ProcessPods, label_pods
 from bottleneck_exporter.options import Option, parse_bool, parse_positive_int, parse_regex
 from bottleneck_exporter.procfs import USER_HZ, ProcParseError, read_allowed, read_uptime
@@ -90,8 +91,8 @@ class TrainingCollector:
         self.pods = ProcessPods(ctx.procfs, ctx.rootfs)
         self.throttling = ThrottlingReader(ctx.procfs, ctx.sysfs)
         self._cgroup_errors = 0
-        self._cgroup_failing: set[tuple[int, int]] = set()  # trainers whose cgroup error is logged already
-        self._status_failing: set[tuple[int, int]] = set()  # trainers whose garbled CPU list is logged already
+        self._cgroup_problems = ProblemLog(log)  # per trainer: its cgroup files
+        self._status_problems = ProblemLog(log)  # per trainer: its CPU list
         # Scrapes can run concurrently (one HTTP thread each) and the ledgers carry state between them.
         self._lock = threading.Lock()
 
@@ -125,15 +126,14 @@ class TrainingCollector:
                 throttling = self.throttling.read([trainer.pid, *trainer.worker_pids])
             except ProcParseError as error:
                 self._cgroup_errors += 1
-                if trainer.identity not in self._cgroup_failing:
-                    log.warning("no CPU throttling series for %s (pid %d): %s (logged again only after it "
-                                "reads)", trainer.process, trainer.pid, error)
-                    self._cgroup_failing.add(trainer.identity)
+                self._cgroup_problems.failed(trainer.identity, "no CPU throttling series for %s (pid %d): %s "
+                                             "(logged again only after it reads)", trainer.process, trainer.pid,
+                                             error)
                 continue
-            self._cgroup_failing.discard(trainer.identity)
+            self._cgroup_problems.read(trainer.identity)
             if throttling is not None:
                 found[trainer.identity] = throttling
-        self._cgroup_failing &= {trainer.identity for trainer, _ in reported}
+        self._cgroup_problems.keep(trainer.identity for trainer, _ in reported)
         return found
 
     def _allowed(self, reported: list[tuple[Trainer, TrainerLedger]]) -> dict[tuple[int, int], int]:
@@ -145,14 +145,13 @@ class TrainingCollector:
             try:
                 allowed = read_allowed(self.procfs, trainer.pid)
             except ProcParseError as error:
-                if trainer.identity not in self._status_failing:
-                    log.warning("no allowed CPUs for %s (pid %d): %s", trainer.process, trainer.pid, error)
-                    self._status_failing.add(trainer.identity)
+                self._status_problems.failed(trainer.identity, "no allowed CPUs for %s (pid %d): %s",
+                                             trainer.process, trainer.pid, error)
                 continue
-            self._status_failing.discard(trainer.identity)
+            self._status_problems.read(trainer.identity)
             if allowed is not None and allowed.cpus:
                 found[trainer.identity] = len(allowed.cpus)
-        self._status_failing &= {trainer.identity for trainer, _ in reported}
+        self._status_problems.keep(trainer.identity for trainer, _ in reported)
         return found
 
     def collect(self) -> Iterable[Metric]:

@@ -185,15 +185,16 @@ PARAMETERS: dict[str, Parameter] = _parameters(
     Parameter("cpu_throttled_idle_cores", 1, "Idle cores (idle and iowait, over the window) the node must "
               "have for a throttled trainer to be held back by its CPU limit rather than by a busy node."),
     Parameter("loader_workers_cores_ratio", 0.7, "An input-bound rank's DataLoader workers below this share "
-              "of the cores left to them (under a CPU limit its share of the limit less a core for the main "
-              "thread, else its workers plus its share of the node's idle cores) are too few: SageMaker "
+              "of the cores left to them (its workers plus its share of the node's idle cores, no more than its "
+              "share of a CPU limit less a core for the main thread) are too few: SageMaker "
               "Debugger's Dataloader rule flags fewer parallel loaders than 70% of the cores."),
     Parameter("tensor_core_capability", 7.0, "CUDA compute capability from which a GPU has Tensor Cores (Volta, "
               "7.0): below it autocast's float16 brings no matmul speed-up, so BottleneckNoMixedPrecision stays "
               "silent."),
     Parameter("tensor_activity_ratio", 0.05, "NVML GPM tensor activity (share of time the SMs ran Tensor-Core "
-              "instructions, Hopper and later) above which a node's GPUs use their Tensor Cores without autocast "
-              "(bfloat16 weights, TF32 matmuls): BottleneckNoMixedPrecision stays silent on that node."),
+              "instructions, Hopper and later) above which a node's GPUs use their Tensor Cores in a precision the "
+              "hook cannot see (an autocast inside a compiled model): BottleneckNoMixedPrecision stays silent there "
+              "for a job whose float32 matmuls are exact (with TF32 on, the activity is TF32's)."),
     Parameter("loader_worker_starts_per_hour", 20, "DataLoader worker starts an hour (over the rate window) above "
               "which a rank re-forks its workers too often: two or more in one 5-minute window (epochs under "
               "2.5 minutes each forking a new set); a single start reads at most 15 an hour there."),

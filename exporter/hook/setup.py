@@ -24,7 +24,7 @@ from typing import Any
 
 from bottleneck_exporter.hook.collective import outermost_running
 from bottleneck_exporter.wire import encode
-from bottleneck_exporter.wire.schema import BACKEND_PATTERN, DTYPE_PATTERN
+from bottleneck_exporter.wire.schema import BACKEND_PATTERN, DTYPE_PATTERN, FLOAT32_MATMUL_PRECISIONS
 
 # Worker sets remembered: a training loader's persistent workers and an evaluation loader's, iterated in
 # turn, each keep theirs; only a set not seen before is a start.
@@ -49,14 +49,46 @@ def data_parallel_devices(model: Any, find_wrapper: bool = False) -> int:
     return len(getattr(model, "device_ids", None) or ())
 
 
-def process_group_backend() -> str | None:
-    """torch.distributed.get_backend() of the default process group, None before it is initialised and for a
-    name the datagram cannot carry (a custom backend's: the receiver would refuse every datagram of the rank)."""
+def ddp_process_group(model: Any, find_wrapper: bool = False) -> Any:
+    """The process group a ``DistributedDataParallel`` all-reduces ``model``'s gradients over (its
+    ``process_group=``, which need not be the default group), or with ``find_wrapper`` that of the DDP on the
+    stack running it; None without one."""
+    parallel = sys.modules.get("torch.nn.parallel")
+    wrapper = getattr(parallel, "DistributedDataParallel", None)
+    if wrapper is None:
+        return None
+    if not isinstance(model, wrapper):
+        model = outermost_running(model, [wrapper]) if find_wrapper else None
+    return getattr(model, "process_group", None)
+
+
+def process_group_backend(group: Any = None) -> str | None:
+    """torch.distributed.get_backend() of ``group`` (the default process group when None), None before it is
+    initialised, once destroyed, and for a name the datagram cannot carry (a custom backend's: the receiver
+    would refuse every datagram of the rank)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
-    backend = str(dist.get_backend()).lower()
+    try:
+        backend = str(dist.get_backend(group)).lower()
+    except (RuntimeError, ValueError):  # a group destroyed since (dist.destroy_process_group(group))
+        return None
     return backend if BACKEND_PATTERN.fullmatch(backend) else None
+
+
+# torch.backends.cuda.matmul.fp32_precision (PyTorch's newer setting) in get_float32_matmul_precision()'s words.
+_FP32_PRECISION = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def float32_matmul_precision(torch: Any) -> str | None:
+    """torch.get_float32_matmul_precision() ("high": TF32 on Tensor Cores), a flag of the process, no device
+    call. Where the newer per-backend setting was mixed with it, that call raises: the CUDA matmul setting then.
+    None for an answer the datagram cannot carry."""
+    try:
+        precision = str(torch.get_float32_matmul_precision())
+    except RuntimeError:
+        precision = _FP32_PRECISION.get(str(getattr(torch.backends.cuda.matmul, "fp32_precision", "")), "")
+    return precision if precision in FLOAT32_MATMUL_PRECISIONS else None
 
 
 def autocast_enabled(torch: Any, device_type: str) -> bool:
@@ -111,8 +143,10 @@ class SetupFacts:
     def __init__(self) -> None:
         self.data_parallel_devices = 0
         self.process_group_backend: str | None = None
+        self._ddp_group: Any = None  # DDP's process group, where the model is DDP: the one its gradients use
         self.parameters_dtype: str | None = None
         self.compute_capability: float | None = None
+        self.float32_matmul_precision: str | None = None
         self.sampled_forwards = 0
         self.autocast_forwards = 0
         self.loader_iterators = 0
@@ -128,7 +162,8 @@ class SetupFacts:
         """The model's setup; ``find_wrapper``: called from inside its forward, where a DataParallel the hook
         was not handed is on the stack."""
         self.data_parallel_devices = data_parallel_devices(model, find_wrapper)
-        self.process_group_backend = process_group_backend()
+        self._ddp_group = ddp_process_group(model, find_wrapper)
+        self.process_group_backend = process_group_backend(self._ddp_group)
         parameter = first_parameter(model)
         self.parameters_dtype = dtype_name(parameter)
         device = getattr(parameter, "device", None)
@@ -139,6 +174,7 @@ class SetupFacts:
             major, minor = torch.cuda.get_device_capability(index)  # the driver's attributes, no kernel
             self.compute_capability = major + minor / 10
         self._probe = probe_module(model)
+        self.float32_matmul_precision = float32_matmul_precision(sys.modules["torch"])
 
     # -- at each iter(loader) -----------------------------------------------------------------------------
     def started_iterator(self, worker_pids: Sequence[int]) -> None:
@@ -149,7 +185,10 @@ class SetupFacts:
         if pids and pids not in self._worker_pids:
             self.loader_worker_starts += 1
             self._worker_pids.append(pids)
-        self.process_group_backend = process_group_backend() or self.process_group_backend
+        self.process_group_backend = process_group_backend(self._ddp_group) or self.process_group_backend
+        torch = sys.modules.get("torch")
+        if torch is not None:  # set between epochs too (torch.set_float32_matmul_precision)
+            self.float32_matmul_precision = float32_matmul_precision(torch) or self.float32_matmul_precision
 
     # -- on a sampled training forward -------------------------------------------------------------------
     def sample(self, model: Any, look_inside: bool = True) -> Any:
@@ -189,7 +228,8 @@ class SetupFacts:
     def encoded(self) -> str:
         """``,"setup":{..}``, formatted again only when a fact or count changed."""
         key = (self.data_parallel_devices, self.sampled_forwards, self.autocast_forwards, self.loader_iterators,
-               self.loader_worker_starts, self.process_group_backend, self.parameters_dtype, self.compute_capability)
+               self.loader_worker_starts, self.process_group_backend, self.parameters_dtype, self.compute_capability,
+               self.float32_matmul_precision)
         if key != self._key:
             self._json = encode.setup(*key)
             self._key = key

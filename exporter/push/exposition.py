@@ -9,7 +9,8 @@ Reads ``store.RankState`` snapshots (cumulative totals pushed by the hook); expo
     bottleneck_train_step_duration_seconds_bucket{training_job="resnet",rank="0",le="0.25"} 103.0
     bottleneck_train_dataloader_num_workers{training_job="resnet",rank="0"} 0.0
     bottleneck_train_gc_seconds_total{training_job="resnet",rank="0",generation="2"} 41.5
-    bottleneck_train_setup_info{training_job="bert",rank="0",process_group_backend="nccl",parameters_dtype="float32"} 1
+    bottleneck_train_setup_info{training_job="bert",rank="0",process_group_backend="nccl",parameters_dtype="float32",
+                                float32_matmul_precision="high"} 1
 
 plus the receiver's own ``bottleneck_push_*`` series. Names follow docs/metrics.md ("push receiver").
 """
@@ -152,9 +153,10 @@ class _RankFamilies:
         self.compile_seconds = _counter("bottleneck_train_compile_seconds_total",
                                         "Seconds the training thread spent in torch.compile's compilations.")
         self.setup_info = _gauge("bottleneck_train_setup_info",
-                                 "How the rank is set up: the default process group's backend (\"\" without one) "
-                                 "and the model parameters' dtype; value 1.",
-                                 [*_JR, "process_group_backend", "parameters_dtype"])
+                                 "How the rank is set up: the backend of the process group its DDP all-reduces over, "
+                                 "else the default group's (\"\" without one), the model parameters' dtype and "
+                                 "torch.get_float32_matmul_precision() (\"high\": TF32); value 1.",
+                                 [*_JR, "process_group_backend", "parameters_dtype", "float32_matmul_precision"])
         self.data_parallel = _gauge("bottleneck_train_data_parallel_devices",
                                     "GPUs a torch.nn.DataParallel wrapper splits the model's batches over "
                                     "(len(device_ids)); 0 without one.")
@@ -188,7 +190,8 @@ class _RankFamilies:
             self._setup(snap.setup, jr)
 
     def _setup(self, setup: SetupFacts, jr: list[str]) -> None:
-        self.setup_info.add_metric([*jr, setup.process_group_backend or "", setup.parameters_dtype or ""], 1.0)
+        self.setup_info.add_metric([*jr, setup.process_group_backend or "", setup.parameters_dtype or "",
+                                    setup.float32_matmul_precision or ""], 1.0)
         self.data_parallel.add_metric(jr, setup.data_parallel_devices)
         if setup.compute_capability is not None:
             self.capability.add_metric(jr, setup.compute_capability)

@@ -104,7 +104,7 @@ def host_batches(pinned: int, pageable: int) -> str:
 
 def setup(data_parallel_devices: int, sampled_forwards: int, autocast_forwards: int, loader_iterators: int,
           loader_worker_starts: int, process_group_backend: str | None, parameters_dtype: str | None,
-          compute_capability: float | None) -> str:
+          compute_capability: float | None, float32_matmul_precision: str | None) -> str:
     """``,"setup":{..}``: how the rank is set up (``hook.setup``), the facts not yet known left out."""
     facts: dict[str, Any] = {
         "data_parallel_devices": data_parallel_devices, "sampled_forwards": sampled_forwards,
@@ -112,7 +112,7 @@ def setup(data_parallel_devices: int, sampled_forwards: int, autocast_forwards: 
         "loader_worker_starts": loader_worker_starts,
     }
     known = {"process_group_backend": process_group_backend, "parameters_dtype": parameters_dtype,
-             "compute_capability": compute_capability}
+             "compute_capability": compute_capability, "float32_matmul_precision": float32_matmul_precision}
     facts.update((key, value) for key, value in known.items() if value is not None)
     return ',"setup":' + _ENCODER.encode(facts)
 

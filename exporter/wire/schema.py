@@ -66,10 +66,13 @@ LOADER_KEYS = (*LOADER_SETTINGS, "worker_pids")
 # How the rank is set up (hook.setup): counts since the hook attached, then the facts sent once known.
 SETUP_KEYS = ("data_parallel_devices", "sampled_forwards", "autocast_forwards", "loader_iterators",
               "loader_worker_starts")
-SETUP_OPTIONAL_KEYS = ("process_group_backend", "parameters_dtype", "compute_capability")
+SETUP_OPTIONAL_KEYS = ("process_group_backend", "parameters_dtype", "compute_capability", "float32_matmul_precision")
 # torch.distributed.get_backend() ("nccl", "gloo", "cpu:gloo,cuda:nccl") and a dtype's name ("bfloat16"): labels.
 BACKEND_PATTERN = re.compile(r"[a-z0-9_:,]{1,64}")
 DTYPE_PATTERN = re.compile(r"[a-z0-9_]{1,32}")
+# torch.get_float32_matmul_precision()'s answers: "highest" (float32 matmuls in full float32), "high" (TF32 on
+# Tensor Cores, Ampere and later), "medium" (bfloat16 on Tensor Cores).
+FLOAT32_MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 REASONS = (
     "too_large", "not_json", "bad_version", "bad_schema", "bad_number", "bad_label", "stale",
@@ -166,6 +169,7 @@ class SetupFacts:
     process_group_backend: str | None = None  # torch.distributed.get_backend(), once initialised
     parameters_dtype: str | None = None  # the model's first parameter's dtype ("float32", "bfloat16")
     compute_capability: float | None = None  # the CUDA device's (8.0 for an A100), on CUDA only
+    float32_matmul_precision: str | None = None  # torch.get_float32_matmul_precision(): "high" is TF32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,6 +349,15 @@ def _label(obj: dict[str, Any], key: str, pattern: re.Pattern[str], where: str =
     return value
 
 
+def _choice(obj: dict[str, Any], key: str, choices: tuple[str, ...], where: str = "") -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise Rejected("bad_schema", f"{where}{key}: expected a string")
+    if value not in choices:
+        raise Rejected("bad_label", f"{where}{key}: {value[:40]!r} is none of {', '.join(choices)}")
+    return value
+
+
 def _optional_int(obj: dict[str, Any], key: str, where: str) -> int | None:
     if obj[key] is None:
         return None
@@ -451,6 +464,8 @@ def _setup(value: Any) -> SetupFacts:
         parameters_dtype=_label(obj, "parameters_dtype", DTYPE_PATTERN, "setup.")
         if "parameters_dtype" in obj else None,
         compute_capability=capability,
+        float32_matmul_precision=_choice(obj, "float32_matmul_precision", FLOAT32_MATMUL_PRECISIONS, "setup.")
+        if "float32_matmul_precision" in obj else None,
     )
 
 

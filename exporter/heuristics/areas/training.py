@@ -126,10 +126,11 @@ RECORDS: tuple[Record, ...] = (
     # A rank's share of its CPU limit (the ranks of one container share its limit).
     Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_share_cores:max",
            _of_rank("bottleneck_training_cpu_limit_share_cores"), "training"),
-    # The cores a rank's DataLoader workers could use. Under a CPU limit, its share of the limit less a core
-    # for its main thread: the limit is the container's budget, and the node's idle cores beyond it are not
-    # the rank's to take (a neighbour's burst, a core kept for another pod), however many idle now. Without
-    # one, the workers it has plus its share of the node's idle cores.
+    # The cores a rank's DataLoader workers could use: the workers it has plus its share of the node's idle
+    # cores, and under a CPU limit no more than its share of the limit less a core for its main thread. The
+    # limit caps, it does not reserve (a CFS quota is a ceiling; only the request, cpu.weight, is a share
+    # under contention): on a node whose cores are all busy the limit's cores are not there, and more
+    # workers would queue beside the processes BottleneckCpuSaturated tells to stop.
     Record("loader_cores_idle", f"job_rank:bottleneck_train_loader_cores_with_idle:rate{W}",
            "bottleneck_train_dataloader_num_workers\n+ on (instance) group_left ()\n(\n  <<cpu_free_cores>>\n"
            "  / on (instance)\n  count by (instance) (bottleneck_train_dataloader_num_workers)\n)", "training"),
@@ -144,10 +145,10 @@ RECORDS: tuple[Record, ...] = (
            "0 * bottleneck_train_dataloader_num_workers\n+ on (instance, training_job, rank) group_left ()\n"
            "(<<rank_allowed_cpus>> < on (instance) group_left () <<cpus>>) - 1", "training"),
     Record("loader_cores_left", f"job_rank:bottleneck_train_loader_cores_left:rate{W}",
-           # The lower of the two where both exist, else the one there is. Not (a <= b) or b or a: MetricsQL
+           # The lowest of those that exist. Not (a <= b) or b or a: MetricsQL
            # (vmalert) fills a series the comparison dropped with the right-hand value (docs/rules.md).
-           'min without (cores) (\n  label_replace(\n    <<loader_cores_limit>>\n    or\n    <<loader_cores_idle>>,\n'
-           '    "cores", "budget", "", ""\n  )\n  or\n'
+           'min without (cores) (\n  label_replace(<<loader_cores_idle>>, "cores", "idle", "", "")\n  or\n'
+           '  label_replace(<<loader_cores_limit>>, "cores", "limit", "", "")\n  or\n'
            '  label_replace(<<loader_cores_pinned>>, "cores", "pinned", "", "")\n)', "training"),
     # What the training thread loses besides its phases, as shares of its stepping time: Python's collector
     # (overlapping whatever phase it stops), checkpoint saves and long steps (both between steps, mostly).
@@ -286,21 +287,22 @@ HEURISTICS: tuple[Heuristic, ...] = (
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for "
         "the next batch more than ${data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
         "than ${loader_workers_cores_ratio:pct} of the cores left to them; num_workers={{ $value | humanize }} "
-        "uses those cores (under a CPU limit, its share of the limit less a core for the main thread; without "
-        "one, its workers now plus its share of the node's idle cores; no more than the CPUs it is pinned to "
-        "less that core).",
+        "uses those cores (its workers now plus its share of the node's idle cores; no more than its share of "
+        "a CPU limit, or the CPUs it is pinned to, less a core for the main thread).",
         advice="Set DataLoader num_workers to the number this verdict names (its summary and evidence: the "
-        "rank's share of its CPU limit less one core for the main thread, or without a limit its workers plus "
-        "its share of the node's idle cores), with persistent_workers=True and pin_memory=True; then look "
+        "rank's workers plus its share of the node's idle cores, capped by its share of its CPU limit less one "
+        "core for the main thread), with persistent_workers=True and pin_memory=True; then look "
         "again: a rank that still waits needs cheaper transforms or GPU-side augmentation.",
         meaning="The rank is input-bound and its loaders are not what is short of CPU: the node has idle cores "
         "the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
-        "parallel loaders than 70% of the cores). The number to set is computed, not guessed. Under a CPU limit "
-        "(a Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is the rank's share of the limit "
-        "(the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one core for "
-        "the main thread, whatever the node's other cores do: the limit is the container's budget, and the "
-        "node's idle cores beyond it are not the rank's to take. Without a limit it is the workers the rank "
-        "has plus the node's idle cores shared among the ranks on the node. A rank pinned to fewer CPUs than "
+        "parallel loaders than 70% of the cores). The number to set is computed, not guessed: the workers the "
+        "rank has plus the node's idle cores shared among the ranks on the node. Under a CPU limit (a "
+        "Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is no more than the rank's share of the "
+        "limit (the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one "
+        "core for the main thread: the node's idle cores beyond the limit are not the rank's to take. Nor is "
+        "the limit more than the node has: a CFS quota is a ceiling, not cores kept for the container, so on "
+        "a node whose cores are all busy (BottleneckCpuSaturated) the rank is told no number, since more "
+        "workers would only queue for the same cores. A rank pinned to fewer CPUs than "
         "the node has (taskset, a cpuset: docker --cpuset-cpus, Slurm, the kubelet's static CPU manager; "
         "`bottleneck_training_allowed_cpus`) gets no more than those CPUs less the main thread's core.",
         evidence="`bottleneck_train_dataloader_num_workers` per rank, the data wait in "
@@ -744,17 +746,20 @@ HEURISTICS: tuple[Heuristic, ...] = (
         summary="Job {{ $labels.training_job }} trains on CUDA with a {{ $labels.process_group_backend }} process "
         "group.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} keeps its "
-        "model on a CUDA device while its default process group runs on "
-        "{{ $labels.process_group_backend }}, not NCCL: its collectives, in flight "
+        "model on a CUDA device while the process group its DistributedDataParallel all-reduces over (the "
+        "default group without DDP) runs on {{ $labels.process_group_backend }}, not NCCL: its collectives, in flight "
         "{{ $value | humanizePercentage }} of every step, copy their tensors to the host and back.",
         advice="Initialise the process group with NCCL for CUDA tensors: "
         "torch.distributed.init_process_group(\"nccl\") (or \"cpu:gloo,cuda:nccl\" where CPU tensors need "
-        "collectives too); with torchrun set no backend and PyTorch picks NCCL for CUDA.",
+        "collectives too); with torchrun set no backend and PyTorch picks NCCL for CUDA. Where DDP is given a "
+        "group of its own (DistributedDataParallel(process_group=...)), make that group with backend=\"nccl\".",
         meaning="Gloo (and MPI without CUDA awareness) all-reduce CUDA tensors by staging them through host "
         "memory over TCP, far slower than NCCL's GPU-direct rings over NVLink, PCIe or InfiniBand, and they "
         "hold the training thread while they do. The PyTorch profiler's TensorBoard plugin recommended NCCL for "
-        "any DDP job on CUDA that was not on it. The hook reads torch.distributed.get_backend() when the model "
-        "first runs and at each DataLoader iterator; a backend string that names nccl for CUDA "
+        "any DDP job on CUDA that was not on it. The hook reads torch.distributed.get_backend() of the group "
+        "the model's DistributedDataParallel all-reduces over (its process_group=, which need not be the "
+        "default group; the default group without DDP) when the model first runs and at each DataLoader "
+        "iterator; a backend string that names nccl for CUDA "
         "(\"cpu:gloo,cuda:nccl\") is fine, and a job of one rank has no collectives to slow. The value is the "
         "share of the step with the rank's collectives in flight, where the hook times them (DDP, FSDP): a "
         "process group that carries none of the training's collectives does not count.",
@@ -766,20 +771,31 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="NoMixedPrecision",
         verdict="no mixed precision on a GPU with Tensor Cores",
-        expr="bottleneck_train_cuda_compute_capability >= ${tensor_core_capability}\n"
-        "and on (instance, training_job, rank) <<autocast_share>> == 0\n"
-        'and on (instance, training_job, rank) bottleneck_train_setup_info{parameters_dtype="float32"}\n'
-        # Where GPM measures Tensor-Core activity on the node, busy Tensor Cores say the job uses them anyway.
-        "unless on (instance) <<tensor_core_use>> > ${tensor_activity_ratio}",
+        # Named with torch's float32 matmul precision: TF32 ("high") puts float32 matmuls on the Tensor Cores,
+        # yet bfloat16 autocast still doubles their throughput and halves the activations' memory traffic.
+        expr="(\n  bottleneck_train_cuda_compute_capability >= ${tensor_core_capability}\n"
+        "  and on (instance, training_job, rank) <<autocast_share>> == 0\n)\n"
+        "+ on (instance, training_job, rank) group_left (float32_matmul_precision)\n"
+        '(0 * bottleneck_train_setup_info{parameters_dtype="float32"})\n'
+        # Where GPM measures Tensor-Core activity on the node and the job's float32 matmuls are exact, busy
+        # Tensor Cores say it uses them in lower precision the hook cannot see (an autocast inside a compiled
+        # model); with TF32 on, they are the TF32 matmuls.
+        "unless on (instance, training_job, rank) (\n"
+        '  bottleneck_train_setup_info{float32_matmul_precision!~"high|medium"}\n'
+        "  and on (instance) <<tensor_core_use>> > ${tensor_activity_ratio}\n)",
         for_="30m",
         summary="Job {{ $labels.training_job }} trains in float32 on a GPU with Tensor Cores.",
         description="No training forward of rank {{ $labels.rank }} of job {{ $labels.training_job }} on "
         "{{ $labels.instance }} ran under torch.autocast over the last ${rate_window}, with float32 parameters, "
-        "on a GPU of compute capability {{ $value | humanize }} (Tensor Cores from ${tensor_core_capability}).",
+        "on a GPU of compute capability {{ $value | humanize }} (Tensor Cores from ${tensor_core_capability}); "
+        "torch's float32 matmul precision: {{ $labels.float32_matmul_precision }} (\"high\" or \"medium\": TF32 "
+        "or bfloat16 matmuls on the Tensor Cores already, which autocast to bfloat16 would still speed up, "
+        "with half the activations' memory traffic).",
         advice="Run the forward and the loss under torch.autocast(\"cuda\", dtype=torch.bfloat16) (Ampere and "
-        "later; float16 with a torch.amp.GradScaler on Volta and Turing), or at least allow TF32 matmuls "
-        "(torch.set_float32_matmul_precision(\"high\")); Lightning: precision=\"bf16-mixed\", Hugging Face: "
-        "bf16=True.",
+        "later; float16 with a torch.amp.GradScaler on Volta and Turing); Lightning: precision=\"bf16-mixed\", "
+        "Hugging Face: bf16=True. Where the verdict's float32_matmul_precision is \"highest\" and autocast "
+        "cannot be used yet, at least allow TF32 matmuls (torch.set_float32_matmul_precision(\"high\")); where "
+        "it is \"high\" or \"medium\", TF32 is on already and autocast is the step left.",
         meaning="Tensor Cores run float16 and bfloat16 matrix multiplications (and TF32 on Ampere and later) "
         "several times faster than float32 on the CUDA cores, and halve the activations' memory; a job that "
         "trains in plain float32 leaves most of the GPU's throughput unused. The PyTorch profiler's TensorBoard "
@@ -787,11 +803,16 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "the first training forward after each datagram (torch.is_autocast_enabled, outside the model and "
         "inside its first layer, so an autocast the model's own forward enters counts, except in a "
         "torch.compile'd model, where a hook would cost a recompilation); models kept in "
-        "bfloat16 or float16 need no autocast and do not count. Where the GPU collector reads NVML GPM (Hopper "
-        "and later), Tensor-Core activity above ${tensor_activity_ratio:pct} on the node (TF32, low-precision "
-        "weights) keeps the verdict silent.",
+        "bfloat16 or float16 need no autocast and do not count. TF32 (torch.get_float32_matmul_precision() "
+        "\"high\", or torch.backends.cuda.matmul.allow_tf32) does not silence it: it runs float32 matmuls on "
+        "the Tensor Cores at about half bfloat16's rate and leaves every activation in float32, twice the "
+        "memory and memory traffic, so the verdict names the precision the hook read. Where the GPU collector "
+        "reads NVML GPM (Hopper and later) and the job's float32 matmuls are exact (\"highest\"), Tensor-Core "
+        "activity above ${tensor_activity_ratio:pct} on the node says it computes in lower precision where "
+        "the hook cannot see it, and keeps the verdict silent.",
         evidence="`bottleneck_train_autocast_forwards_total` against `bottleneck_train_sampled_forwards_total`, "
-        "`bottleneck_train_cuda_compute_capability`, `bottleneck_train_setup_info` (label parameters_dtype), "
+        "`bottleneck_train_cuda_compute_capability`, `bottleneck_train_setup_info` (labels parameters_dtype and "
+        "float32_matmul_precision), "
         "`bottleneck_gpu_tensor_activity_ratio` where GPM is measured.",
         scope=RANK, unit="short", group="training", tiers=(Tier("info"),),
     ),

@@ -247,10 +247,11 @@ def rank(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job:
 
 def setup(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job: str = TRAIN_JOB,
           data_parallel: int = 0, backend: str = "", dtype: str = "float32", capability: float | None = 8.0,
-          autocast: float = 0.0, worker_starts: float = 0.0) -> list[Series]:
+          autocast: float = 0.0, worker_starts: float = 0.0, matmul_precision: str = "") -> list[Series]:
     """How one rank is set up, as the hook reports it (hook.setup); absent before the start. ``capability``:
     its CUDA device's (None on the CPU); ``autocast``: the share of the sampled forwards (one a second) under
-    autocast; ``worker_starts``: DataLoader worker sets started an hour, after the first at the start."""
+    autocast; ``worker_starts``: DataLoader worker sets started an hour, after the first at the start;
+    ``matmul_precision``: torch.get_float32_matmul_precision() ("high": TF32), "" where the hook sent none."""
     labels = {"instance": instance, "job": EXPORTER_JOB, "training_job": training_job, "rank": rank_}
 
     def present(value: float) -> Track:
@@ -263,7 +264,9 @@ def setup(tl: Timeline, rank_: str = "0", instance: str = INSTANCE, training_job
     out = [
         # An empty label is no label (as Prometheus stores the exporter's process_group_backend="").
         series("bottleneck_train_setup_info", {**labels, "parameters_dtype": dtype,
-                                               **({"process_group_backend": backend} if backend else {})},
+                                               **({"process_group_backend": backend} if backend else {}),
+                                               **({"float32_matmul_precision": matmul_precision}
+                                                  if matmul_precision else {})},
                present(1.0)),
         series("bottleneck_train_data_parallel_devices", labels, present(float(data_parallel))),
         series("bottleneck_train_sampled_forwards_total", labels, counted(1.0, 1.0)),

@@ -85,11 +85,16 @@ SCENARIOS: tuple[Scenario, ...] = (
     row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_caps_the_workers_at_3",
         lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.25)
         + process(t, workers=1, cpu_limit=4.0, throttled=0.1), e(RANK0, 3)),
-    # Regression: a trainer under a CPU limit was judged by the node's idle cores, so its verdict and number
-    # came and went with the neighbours' load; the limit is its container's budget.
-    row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_4_cores_is_the_budget_on_a_busy_node",
-        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1) + node(t, busy=0.9, iowait=0.0)
-        + process(t, workers=1, cpu_limit=4.0), e(RANK0, 3)),
+    # Regression: a trainer under a CPU limit was credited with its limit on a node whose cores were all busy
+    # (BottleneckCpuSaturated fired beside it, saying to stop the competing processes), and told to add two
+    # workers that would only queue: a CFS quota is a ceiling, not cores kept for the container.
+    row("TooFewLoaderWorkers", NEAR_MISS, "cpu_limit_of_4_cores_on_a_saturated_node_has_no_core_to_give",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1)
+        + node(t, busy=0.95, iowait=0.0) + process(t, workers=1, cpu_limit=4.0)),
+    # The same: the limit's 5 cores for workers were named while the node had 3 idle.
+    row("TooFewLoaderWorkers", FIRES, "cpu_limit_of_6_cores_on_a_node_with_3_idle_names_what_is_free",
+        lambda t: rank(t, data_wait=0.4, forward=0.04, optimizer=0.01, num_workers=1)
+        + node(t, busy=0.6, iowait=0.0) + process(t, workers=1, cpu_limit=6.0), e(RANK0, 4)),
     # Regression: a trainer the receiver did not register (pushing over UDP) has no job on its process; its
     # limit was lost, and the node's idle cores named 7.
     row("TooFewLoaderWorkers", FIRES, "unregistered_trainer_under_a_cpu_limit_of_4",
@@ -325,9 +330,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         lambda t: rank(t) + setup(t, capability=6.0), severity="info"),
     row("NoMixedPrecision", NEAR_MISS, "model_kept_in_bfloat16_needs_no_autocast",
         lambda t: rank(t) + setup(t, capability=8.0, dtype="bfloat16"), severity="info"),
-    row("NoMixedPrecision", NEAR_MISS, "h100_tensor_cores_busy_with_tf32_matmuls",
-        lambda t: rank(t) + setup(t, capability=9.0) + gpu(t, tensor=0.4), severity="info",
+    # Exact float32 matmuls: the busy Tensor Cores are lower precision the hook cannot see (an autocast
+    # inside a compiled model).
+    row("NoMixedPrecision", NEAR_MISS, "h100_tensor_cores_busy_while_its_float32_matmuls_are_exact",
+        lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="highest") + gpu(t, tensor=0.4),
+        severity="info", needs=("bottleneck_gpu_tensor_activity_ratio",)),
+    # Regression: busy Tensor Cores silenced the verdict where they were TF32's, whose float32 activations
+    # autocast to bfloat16 would still halve.
+    row("NoMixedPrecision", FIRES, "h100_tensor_cores_busy_with_tf32_matmuls_still_float32_activations",
+        lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="high") + gpu(t, tensor=0.4),
+        e({**RANK0, "float32_matmul_precision": "high"}, 9.0), severity="info",
         needs=("bottleneck_gpu_tensor_activity_ratio",)),
+    # Regression: the verdict did not say that TF32 was on, and advised turning it on.
+    row("NoMixedPrecision", FIRES, "a100_with_tf32_on_is_told_so",
+        lambda t: rank(t) + setup(t, capability=8.0, matmul_precision="high"),
+        e({**RANK0, "float32_matmul_precision": "high"}, 8.0), severity="info"),
     row("NoMixedPrecision", NEAR_MISS, "cpu_rank_has_no_tensor_cores",
         lambda t: rank(t, device="cpu") + setup(t, capability=None), severity="info"),
     row("NoMixedPrecision", NOT_YET, "float32_job_started_recently",
