@@ -566,9 +566,9 @@ class Session:
         return memory
 
     def _tick(self, now: float) -> None:
-        """At a step end: fold the log and the collections' log; once ``interval`` has passed, send a datagram,
-        here and now. With more than DATAGRAM_FOLD_ENTRIES in either log, this step end folds them (and the
-        collectives' log) and the next one sends: no single step pays for both the long fold and the datagram.
+        """At a step end: fold the logs (the marks', the collections', the collectives'); once ``interval`` has
+        passed, send a datagram, here and now. With more than DATAGRAM_FOLD_ENTRIES in any of the logs, this step
+        end folds them and the next one sends: no single step pays for both a long fold and the datagram.
 
         Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
         thread does the same work (a fold, formatting, sending) but must take the GIL from the
@@ -577,15 +577,16 @@ class Session:
         (benchmarks/hook_overhead.py; docs/hook.md, "What it costs").
         """
         due = now >= self.due
-        gc = self.gc
-        long = len(self.clock.log) > DATAGRAM_FOLD_ENTRIES or gc.logged() > DATAGRAM_FOLD_ENTRIES
+        gc, collectives = self.gc, self.collectives
+        long = (len(self.clock.log) > DATAGRAM_FOLD_ENTRIES or gc.logged() > DATAGRAM_FOLD_ENTRIES
+                or (collectives is not None and collectives.logged() > DATAGRAM_FOLD_ENTRIES))
         self.clock.fold(wait=False)
         gc.fold(wait=False)
         if due and not long:
             self.due = now + self.interval
             self._send()
-        elif due and self.collectives is not None:
-            self.collectives.seconds()
+        elif collectives is not None:
+            collectives.fold()
 
     def flush(self) -> None:
         """Send the totals now, on the calling thread (the end of training, tests)."""
