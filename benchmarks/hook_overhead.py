@@ -1,7 +1,7 @@
 """What the training hook costs per step: the same tiny CPU training step with and without it, side by side.
 
-    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without model|optimizer] [--parts]
-                                                    [--auto] [--ddp]
+    PYTHONPATH=. python benchmarks/hook_overhead.py [--pairs 6000] [--rounds 6] [--without PART] [--parts]
+                                                    [--auto] [--ddp [--plain-comm-hook]]
 
 Two identical setups (model, optimizer, DataLoader over in-memory tensors, one torch thread) take turns step
 by step, so whatever else the machine does hits both alike; the hooked one is instrumented with
@@ -25,6 +25,8 @@ lines printed count what each part saw in the last hooked setup, and the run fai
 - start-up: read from /proc when each session starts, sent in every datagram;
 - the collectives and their exposed wait: only with ``--ddp`` (both models in DDP over a one-rank gloo group:
   each step all-reduces its gradients through the hook's communication hook), a step several times as long;
+  ``--plain-comm-hook`` gives the plain twin DDP's default all-reduce as a Python communication hook
+  (``default_hooks.allreduce_hook``), so that the difference leaves out what DDP charges any Python hook;
 - not here: the GPU's event timing and the CUDA allocator's readings (``torch.cuda.memory_stats()`` at each
   datagram), which need CUDA; ``scripts/device-check`` runs the hook on a CUDA loop.
 
@@ -38,7 +40,8 @@ steps, as ``--auto``'s global hooks are: otherwise the plain twin would pay for 
   (the last pair of setups, until five were sent at the session's interval): how long each took on the
   training thread, timed around the call;
 - the training-thread time lost per datagram: how much longer than the median pair the pair that held it
-  took (what the datagram cost the step, cache misses and all, not only its own code);
+  took (what the datagram cost the step, cache misses and all, not only its own code); and the same for the
+  pair after it, whose first forward is looked at for the rank's setup (``hook.setup``: the autocast probe);
 - a datagram sent right after a step against one sent straight after it (cold caches against warm);
 - what this machine charges code and memory left alone for one datagram interval: a tiny JSON dump, and a
   write to each of 64 pages, against the same at once again;
@@ -51,8 +54,12 @@ steps, as ``--auto``'s global hooks are: otherwise the plain twin would pay for 
 ``--parts`` adds each part of a datagram timed alone (the fold with the totals, one float's formatting, the
 whole formatting, the send), cold and warm as the two probes above: what each us of a datagram goes to.
 
-``--without model`` / ``--without optimizer`` instrument the hooked setup without the forward wrapper or the
-optimizer hooks (without an optimizer each fetch ends a step): the difference says what that part costs.
+``--without PART`` (repeatable) leaves one part of the hook out of the hooked setup, or its work undone, so that
+the difference says what that part costs: ``model`` / ``optimizer`` instrument it without the forward wrapper
+or the optimizer hooks (without an optimizer each fetch ends a step); ``loader``: its loader is iterated as
+torch has it (no data wait, no sample count, no pin check); ``collections``: the collector's clock stays out of
+``gc.callbacks``; ``saves``: it saves through torch's own function; ``pin-check``: its session is left on the
+CPU, where no batch is checked; ``probe``: no forward is looked at for its setup after each datagram.
 
 ``--auto`` measures the hooked setup with the automatic instrumentation of ``bottleneck-exporter run``
 (``bottleneck_exporter.hook.auto``: the DataLoader's iterator, the optimizers' global step hooks, the model found
@@ -64,6 +71,7 @@ outside the timed step) and the plain twin iterates its loader with ``DataLoader
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import io
 import itertools
@@ -93,10 +101,14 @@ CHECKPOINT_EVERY = 100
 
 class Setup:
     def __init__(self, address: str | None, without: tuple[str, ...] = (), wrapped_iter: bool = False,
-                 ddp: bool = False) -> None:
+                 ddp: bool = False, comm_hook: bool = False) -> None:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.model = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+        if ddp and comm_hook:  # --plain-comm-hook: DDP's own all-reduce, called as a Python hook
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+            self.model.register_comm_hook(self.model.process_group, allreduce_hook)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.001)
         loader: Any = DataLoader(TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1)), batch_size=32)
         if address is not None:
@@ -104,12 +116,14 @@ class Setup:
                                 optimizer=None if "optimizer" in without else self.optimizer, address=address)
         self.loader = loader
         self.iterate: Callable[[Any], Iterator[Any]] = PLAIN_ITER if address is None and not wrapped_iter else iter
+        if address is not None and "loader" in without:
+            self.iterate = _unwrapped_iter
         self.iterator: Iterator[Any] = self.iterate(loader)
         self.started = 0.0
         self.steps = 0
         session = self.session  # started by now: instrument(), or the automatic instrumentation's iter()
-        self.save: Callable[..., None] = PLAIN_SAVE if session is None else torch.save
-        self.gc_clock = None if session is None else engage_every_part(session)
+        self.save: Callable[..., None] = PLAIN_SAVE if session is None or "saves" in without else torch.save
+        self.gc_clock = None if session is None else engage_every_part(session, without)
 
     @property
     def session(self) -> Session | None:
@@ -122,7 +136,7 @@ class Setup:
     def step(self) -> float:
         clock = self.gc_clock
         if clock is not None:
-            gc.callbacks.append(clock)
+            gc.callbacks.append(clock.callback)
         try:
             return self._timed_step()
         finally:
@@ -146,23 +160,45 @@ class Setup:
         return time.perf_counter() - start
 
 
-def engage_every_part(session: Session) -> GcClock:
+def _unwrapped_iter(loader: Any) -> Iterator[Any]:
+    """The iterator of the loader an instrumented loader wraps, as torch has it (``--without loader``)."""
+    return PLAIN_ITER(loader.loader)  # type: ignore[no-any-return]
+
+
+def _no_probe(model: Any) -> None:
+    """``SetupFacts.sample`` that looks at nothing (``--without probe``)."""
+
+
+def engage_every_part(session: Session, without: tuple[str, ...] = ()) -> GcClock | None:
     """Give the parts of the hook that CPU steps leave idle something to do (the module's docstring says
-    how): the pin check, told the rank trains on a GPU; the collections' clock, taken out of
-    ``gc.callbacks`` for the hooked setup to put back while it steps. That clock."""
-    session.device = "cuda:0"
-    session._identity_json = ""
+    how), but those ``without`` names: the pin check, told the rank trains on a GPU; the collections' clock,
+    taken out of ``gc.callbacks`` for the hooked setup to put back while it steps. That clock."""
+    if "pin-check" not in without:
+        session.device = "cuda:0"
+        session._identity_json = ""
+    if "probe" in without:
+        session.setup.sample = _no_probe  # type: ignore[method-assign]
     session.gc.detach()
-    return session.gc
+    return None if "collections" in without else session.gc
 
 
-def parts_seen(session: Session, collectives: bool) -> str:
+# The part each count of parts_seen comes from, as --without names it.
+_COUNTED_BY = {"collections": "collections", "checkpoint saves": "saves", "batches pin-checked": "pin-check",
+               "sampled forwards": "probe"}
+
+
+def parts_seen(session: Session, collectives: bool, without: tuple[str, ...] = ()) -> str:
     """What each part of the hook counted in ``session`` (from its datagram), ``collectives`` included; raises
-    when a part sent nothing, or counted nothing that these steps give it to count."""
+    when a part sent nothing, or counted nothing that these steps give it to count (but those ``without``
+    leaves idle)."""
     sent = session.payload()
     counted = {"collections": sum(sent["gc"]["collections"]), "checkpoint saves": sent["checkpoint"]["saves"],
-               "batches pin-checked": sum(sent.get("host_batches", {}).values())}
-    idle = [part for part, count in counted.items() if not count]
+               "batches pin-checked": sum(sent.get("host_batches", {}).values()),
+               "sampled forwards": sent["setup"]["sampled_forwards"]}
+    idle = [part for part, count in counted.items()
+            if not count and _COUNTED_BY[part] not in without and not (part == "batches pin-checked"
+                                                                        and "loader" in without)
+            and not (part == "sampled forwards" and "model" in without)]
     idle += [part for key, part in (("compile", "torch.compile's counts"), ("startup_seconds", "start-up"))
              if key not in sent]
     exposed = sent.get("collective_exposed_seconds")
@@ -249,6 +285,18 @@ class Pairs:
         usual = statistics.median(end - start for start, end in self.spans)
         return [sum(finish - begin - usual for begin, finish in self.spans if begin < end and finish > start)
                 for start, end in spans]
+
+    def lost_after(self, spans: list[tuple[float, float]]) -> list[float]:
+        """Per span (a datagram): how much longer than the median pair the pair after the one that held it took
+        (its first forward is the one looked at for the setup); none for a span in the last pair."""
+        usual = statistics.median(end - start for start, end in self.spans)
+        after = []
+        for _, end in spans:
+            index = bisect.bisect_left(self.spans, end, key=lambda span: span[0])
+            if index < len(self.spans):
+                begin, finish = self.spans[index]
+                after.append(finish - begin - usual)
+        return after
 
 
 def _drain(sock: socket.socket) -> None:
@@ -456,14 +504,13 @@ class Rounds:
     after it."""
 
     def __init__(self, make: Callable[[], Setup], pairs: int, rounds: int, drain: socket.socket,
-                 ddp: bool = False) -> None:
+                 plain: Callable[[], Setup] = lambda: Setup(None)) -> None:
         self.differences: list[float] = []
         self.first_times: list[float] = []
         self.second_times: list[float] = []
         self.medians: list[float] = []  # per round
         for index in range(rounds):
-            first, second = ((Setup(None, ddp=ddp), make()) if index % 2 == 0
-                             else reversed((make(), Setup(None, ddp=ddp))))
+            first, second = ((plain(), make()) if index % 2 == 0 else reversed((make(), plain())))
             for setup in (first, second):  # warm-up
                 for _ in range(200):
                     setup.step()
@@ -491,12 +538,14 @@ class Datagrams:
         assert session is not None
         ticks = TimedTicks(session)
         self.lost: list[float] = []
+        self.lost_after: list[float] = []
         self.pairs = 0
         until = time.perf_counter() + limit
         while len(ticks.datagrams) < wanted and time.perf_counter() < until:
             sent = len(ticks.datagrams)
             measured = Pairs(plain, hooked, 256, drain)
             self.lost += measured.lost_to(ticks.datagrams[sent:])
+            self.lost_after += measured.lost_after(ticks.datagrams[sent:])
             self.pairs += 256
         ticks.remove()
         self.sent = [end - start for start, end in ticks.datagrams]
@@ -508,19 +557,24 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=6000, help="step pairs per comparison (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=6,
                         help="fresh pairs of setups the pairs are spread over (default: %(default)s)")
-    parser.add_argument("--without", action="append", choices=("model", "optimizer"), default=[],
-                        help="instrument the hooked setup without this part (repeatable)")
+    parser.add_argument("--without", action="append", default=[],
+                        choices=("model", "optimizer", "loader", "collections", "saves", "pin-check", "probe"),
+                        help="the hooked setup without this part of the hook, or its work (repeatable)")
     parser.add_argument("--parts", action="store_true",
                         help="also time each part of a datagram alone, cold and warm (20 s more)")
     parser.add_argument("--auto", action="store_true",
                         help="measure the automatic instrumentation of bottleneck-exporter run, not instrument()")
     parser.add_argument("--ddp", action="store_true",
                         help="both models in DDP over a one-rank gloo group: the collectives' timing on too")
+    parser.add_argument("--plain-comm-hook", action="store_true",
+                        help="with --ddp: the plain twin all-reduces through DDP's allreduce_hook, in Python")
     args = parser.parse_args()
     if not 1 <= args.rounds <= args.pairs:
         parser.error("--rounds must be at least 1 and at most --pairs")
     if args.auto and args.without:
         parser.error("--without is for instrument(); --auto attaches to what it finds")
+    if args.plain_comm_hook and not args.ddp:
+        parser.error("--plain-comm-hook is for --ddp")
     torch.set_num_threads(1)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -538,7 +592,10 @@ def main() -> None:
                 return AutoSetup(address, args.ddp)
             return Setup(address, tuple(args.without), ddp=args.ddp)
 
-        measured = Rounds(hooked_setup, args.pairs, args.rounds, receiver, args.ddp)
+        def plain_setup() -> Setup:
+            return Setup(None, ddp=args.ddp, comm_hook=args.plain_comm_hook)
+
+        measured = Rounds(hooked_setup, args.pairs, args.rounds, receiver, plain_setup)
         hooked = measured.last
         session = hooked.session
         assert session is not None and session.active, "the hooked setup is not measured"
@@ -547,11 +604,11 @@ def main() -> None:
         cold, warm = back_to_back(hooked, session, receiver)
         parts = datagram_parts(hooked, session, receiver) if args.parts else []
         assert not isinstance(hooked, AutoSetup) or hooked.session is session, "it measured more than one session"
-        seen = parts_seen(session, args.ddp and "model" not in args.without)
+        seen = parts_seen(session, args.ddp and "model" not in args.without, tuple(args.without))
         errors = session.errors
         hooked.close()
-        noise = Rounds(lambda: Setup(None, ddp=args.ddp), args.pairs, args.rounds, receiver, args.ddp).added
-        plain = Setup(None, ddp=args.ddp)
+        noise = Rounds(plain_setup, args.pairs, args.rounds, receiver, plain_setup).added
+        plain = plain_setup()
         penalty = cold_code_penalty(plain, interval)
         pages = page_touch_penalty(plain, interval)
         receiver.close()
@@ -563,7 +620,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
           + "".join(f", hook without the {part}" for part in args.without)
           + (", the automatic instrumentation (hook.auto) instead of instrument()" if args.auto else "")
-          + (", both models in DDP (one-rank gloo group)" if args.ddp else ""))
+          + (", both models in DDP (one-rank gloo group)" if args.ddp else "")
+          + (", the plain one with allreduce_hook as its Python comm hook" if args.plain_comm_hook else ""))
     print(f"the hooked setup's parts saw: {seen}; internal errors: {errors}")
     base, added = statistics.median(measured.first_times), measured.added
     print(f"median step without hook:        {base * 1e6:8.1f} us")
@@ -577,6 +635,9 @@ def main() -> None:
     if sent:
         print(f"  training-thread time lost per datagram: {statistics.median(datagrams.lost) * 1e6:.1f} us "
               f"(median; the pair that held it against the median pair), longest datagram {max(sent) * 1e6:.1f} us")
+    if datagrams.lost_after:
+        print(f"  training-thread time lost on the pair after a datagram (its forward looked at for the setup): "
+              f"{statistics.median(datagrams.lost_after) * 1e6:.1f} us (median)")
     print(f"  a datagram right after a step: {cold * 1e6:.0f} us; straight after that one: {warm * 1e6:.0f} us "
           f"(medians; formatting + send, no fold)")
     print(f"  this machine's cold-code penalty: a JSON dump of 3 keys once per datagram interval between unhooked "

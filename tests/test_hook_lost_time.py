@@ -65,8 +65,12 @@ def test_collections_are_timed_by_generation():
         clock.detach()
     assert clock.collections[2] >= 1 and clock.collections[1] >= 1
     assert clock.seconds[2] > 0
-    clock("stop", {"generation": 7})  # an info this interpreter never sends: ignored, never raised
-    assert clock not in gc.callbacks
+    before = clock.collections
+    clock.callback("start", {"generation": 7})
+    clock.callback("stop", {"generation": 7})  # an info this interpreter never sends: ignored, never raised
+    clock.callback("stop", {})
+    assert clock.collections == before
+    assert clock.callback not in gc.callbacks
 
 
 def test_saves_on_the_training_thread_count_once_and_others_threads_saves_not(tmp_path: Path):

@@ -518,14 +518,15 @@ class Session:
         """``encode.trainer``'s part, formatted again only when a count in it changed: each of its seconds grows
         only with its count (a collection, a save, a long step), the start-up is known once, the median moves
         only when the long-step bound is computed again. Most datagrams reuse the last text."""
-        saves, gc = self.checkpoints, self.gc
-        key = (totals.first_step_end, totals.long_steps, totals.median_step_seconds, saves.saves, *gc.collections)
+        saves = self.checkpoints
+        gc_seconds, gc_collections = self.gc.totals()
+        key = (totals.first_step_end, totals.long_steps, totals.median_step_seconds, saves.saves, *gc_collections)
         if key != self._lost_key:
             first, started = totals.first_step_end, self.started
             self._lost_json = encode.trainer(
                 first - started if first is not None and started is not None else None, totals.long_steps,
                 totals.long_step_excess_seconds, totals.median_step_seconds, saves.seconds, saves.saves,
-                gc.seconds, gc.collections)
+                gc_seconds, gc_collections)
             self._lost_key = key
         return self._lost_json
 
@@ -565,9 +566,9 @@ class Session:
         return memory
 
     def _tick(self, now: float) -> None:
-        """At a step end: fold the log; once ``interval`` has passed, send a datagram, here and now. With more
-        than DATAGRAM_FOLD_ENTRIES in the log, this step end folds it (and the collectives' log) and the next
-        one sends: no single step pays for both the long fold and the datagram.
+        """At a step end: fold the logs (the marks', the collections', the collectives'); once ``interval`` has
+        passed, send a datagram, here and now. With more than DATAGRAM_FOLD_ENTRIES in any of the logs, this step
+        end folds them and the next one sends: no single step pays for both a long fold and the datagram.
 
         Why the datagram is sent inline, on the training thread, and not by a thread of its own: a sender
         thread does the same work (a fold, formatting, sending) but must take the GIL from the
@@ -576,13 +577,16 @@ class Session:
         (benchmarks/hook_overhead.py; docs/hook.md, "What it costs").
         """
         due = now >= self.due
-        long = len(self.clock.log) > DATAGRAM_FOLD_ENTRIES
+        gc, collectives = self.gc, self.collectives
+        long = (len(self.clock.log) > DATAGRAM_FOLD_ENTRIES or gc.logged() > DATAGRAM_FOLD_ENTRIES
+                or (collectives is not None and collectives.logged() > DATAGRAM_FOLD_ENTRIES))
         self.clock.fold(wait=False)
+        gc.fold(wait=False)
         if due and not long:
             self.due = now + self.interval
             self._send()
-        elif due and self.collectives is not None:
-            self.collectives.seconds()
+        elif collectives is not None:
+            collectives.fold()
 
     def flush(self) -> None:
         """Send the totals now, on the calling thread (the end of training, tests)."""
@@ -622,6 +626,7 @@ class Session:
         self.active = False
         self.clock.forked()
         self.gc.detach()
+        self.gc.forked()
         self.checkpoints.stop()
         self._sending = threading.Lock()
         if self.collectives is not None:

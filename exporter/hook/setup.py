@@ -105,6 +105,16 @@ def first_parameter(module: Any) -> Any:
     return next(iter(module.parameters()), None)
 
 
+def own_parameter(module: Any) -> Any:
+    """The first parameter ``module`` holds itself (not a child's), None without one: a read of its parameter
+    dict, where ``module.parameters()`` walks the module tree with generators (a dozen us, on the training
+    thread at every sampled forward: benchmarks/hook_overhead.py --without probe)."""
+    parameters = getattr(module, "_parameters", None)
+    if not isinstance(parameters, dict):
+        return None
+    return next((parameter for parameter in parameters.values() if parameter is not None), None)
+
+
 def dtype_name(parameter: Any) -> str | None:
     dtype = getattr(parameter, "dtype", None)
     name = str(dtype).removeprefix("torch.") if dtype is not None else None
@@ -154,6 +164,8 @@ class SetupFacts:
         self._worker_pids: collections.deque[tuple[int, ...]] = collections.deque(maxlen=_KNOWN_LOADERS)
         self._probe: Any = None
         self._probe_device = ""  # the device type the probe looks for autocast on; "" once it has looked
+        self._dtype: Any = None  # the last dtype named, and its name: the name is read again on a new dtype only
+        self._dtype_name: str | None = None
         self._key: tuple[Any, ...] = ()
         self._json = ""
 
@@ -196,10 +208,15 @@ class SetupFacts:
         probe module, a one-call pre-hook on it looks again from inside the forward). Returns that hook's
         handle, for the caller to remove once the forward returned; None when there is none. Not
         ``look_inside``: a forward that dynamo compiles, whose guards on the probe's hooks would recompile it."""
-        import torch
-
-        parameter = first_parameter(model)
-        self.parameters_dtype = dtype_name(parameter) or self.parameters_dtype
+        torch = sys.modules["torch"]  # loaded: the model is torch's
+        # model.parameters()'s first: the model's own, else those of the first module with parameters of its own,
+        # the probe's (found when the model was inspected; both read from their parameter dicts, which a
+        # conversion such as .half() or FSDP's sharding updates).
+        probe = self._probe
+        parameter = own_parameter(model) if probe is not None else None
+        if parameter is None:
+            parameter = own_parameter(probe) if probe is not None else first_parameter(model)
+        self.parameters_dtype = self._name_of(parameter) or self.parameters_dtype
         device = getattr(getattr(parameter, "device", None), "type", None) or "cpu"
         self.sampled_forwards += 1
         if autocast_enabled(torch, device):
@@ -217,12 +234,19 @@ class SetupFacts:
         try:
             # The dtype the forward computes in: FSDP's mixed precision (param_dtype=bfloat16) keeps float32
             # shards, which model.parameters() shows outside the forward, and casts them for it.
-            self.parameters_dtype = dtype_name(first_parameter(module)) or self.parameters_dtype
+            self.parameters_dtype = self._name_of(own_parameter(module)) or self.parameters_dtype
             # The count at most the samples: DataParallel's replicas may run this hook in several threads.
             if autocast_enabled(sys.modules["torch"], device) and self.autocast_forwards < self.sampled_forwards:
                 self.autocast_forwards += 1
         except Exception:  # a torch hook must never raise into the forward it runs in
             pass
+
+    def _name_of(self, parameter: Any) -> str | None:
+        """``dtype_name(parameter)``, read again only for a dtype other than the last one's."""
+        dtype = getattr(parameter, "dtype", None)
+        if dtype is None or dtype is not self._dtype:
+            self._dtype, self._dtype_name = dtype, dtype_name(parameter)
+        return self._dtype_name
 
     # -- the datagram -----------------------------------------------------------------------------------
     def encoded(self) -> str:

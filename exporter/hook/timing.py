@@ -16,14 +16,13 @@ in tests).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import math
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from bottleneck_exporter.wire.schema import GPU_PHASES, STEP_BUCKETS, STEP_PHASES
 
@@ -55,9 +54,10 @@ TUNE_SECONDS = 5.0
 LONG_STEP_FACTOR = 3.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Totals:
-    """One consistent reading of a StepClock (steps, buckets and times from the same fold)."""
+class Totals(NamedTuple):
+    """One consistent reading of a StepClock (steps, buckets and times from the same fold). A named tuple, not a
+    frozen dataclass: made once a datagram, whose own cost is the budget's (a frozen dataclass sets each field
+    through ``object.__setattr__``)."""
 
     phase_seconds: tuple[float, ...]  # by phase index: DATA_WAIT .. OTHER
     step_seconds: float

@@ -75,6 +75,19 @@ class CollectiveClock:
             self.gpu.harvest()
         return self._fold()
 
+    def logged(self) -> int:
+        """Entries logged and not yet folded (two per collective), the exposed wait's included."""
+        exposed = self.exposed
+        return len(self.log) + (len(exposed.clock.log) if exposed is not None else 0)
+
+    def fold(self) -> None:
+        """Fold what completed so far, the exposed wait's too: at the session's step-end folds, so that a
+        datagram folds only the last few steps' collectives, not a whole interval's
+        (benchmarks/hook_overhead.py --ddp)."""
+        self.seconds()
+        if self.exposed is not None:
+            self.exposed.seconds()
+
     def _fold(self) -> float:
         with self._folding:
             log = self.log

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -29,29 +30,73 @@ log = logging.getLogger("bottleneck_exporter.hook")
 _ATTACHED = "_bottleneck_comm_hook"
 
 
+# A DispatchingHook's stopwatch before its first launch has looked it up.
+_UNKNOWN: Any = object()
+
+
 class DispatchingHook:
-    """The registered hook's state: the hook in force and its state."""
+    """The registered hook's state: the hook in force and its state, and the stopwatch of DDP's group."""
 
     def __init__(self, watches: Stopwatches, group: Any, hook: Any, state: Any) -> None:
-        self.watches, self.group = watches, group
+        self._watches = watches
+        self.group = group
         self.hook, self.state = hook, state
         self.user_registered = False
+        # Looked up at the first launch and kept (DDP's group is the model's for good): the lookup goes through
+        # a weak-keyed dict, a weak reference made anew each time, at every bucket.
+        self.watch: Any = _UNKNOWN
+        self.world_size = 0  # the group's, read at the first launch of DDP's own all-reduce
 
-    def __call__(self, bucket: Any) -> Any:
-        hook, state = self.hook, self.state
-        # Timed by DDP's group's backend: a user's hook communicates on it too, or on a group of its own
-        # (PowerSGD's state holds one) that is, in practice, of the same backend.
-        watch = self.watches.for_group(self.group)
-        if watch is None:
-            return hook(state, bucket)
+    @property
+    def watches(self) -> Stopwatches:
+        return self._watches
+
+    @watches.setter
+    def watches(self, watches: Stopwatches) -> None:
+        """A new session's stopwatches (re-instrumented, a second fit): the stopwatch is looked up again."""
+        self._watches = watches
+        self.watch = _UNKNOWN
+
+    def find_watch(self) -> Any:
+        self.watch = self._watches.for_group(self.group)
+        return self.watch
+
+    def exposed(self) -> ExposedWait:
+        """Where the training thread's wait is measured: on the host timeline only (gloo), where a future
+        completes when its collective has; NCCL's complete at launch."""
+        clock = self._watches.clock
+        if clock.exposed is None:
+            clock.exposed = ExposedWait()
+        return clock.exposed
+
+
+def _registered(dispatch: DispatchingHook, all_reduce: Callable[..., Any]) -> Any:
+    """The function DDP calls for each bucket (with ``dispatch`` as its state): the hook in force, timed.
+
+    One Python frame per bucket, and for DDP's own all-reduce one future: the all-reduce is launched here, as
+    ``default_hooks.allreduce_hook`` does (divide by the world size, then sum), and completed by one callback
+    that stops the stopwatch and hands the gradients back, where calling ``allreduce_hook`` and chaining a
+    callback to its future runs two callbacks, each taking the GIL from the thread that completes the work
+    (benchmarks/hook_overhead.py --ddp). A user's hook is called and its future chained."""
+
+    def bottleneck_timed_comm_hook(state: Any, bucket: Any) -> Any:
+        watch = dispatch.watch
+        if watch is _UNKNOWN:
+            watch = dispatch.find_watch()
+        if watch is None or watch.clock.stopped:
+            return dispatch.hook(dispatch.state, bucket)
+        exposed = None
         try:
             token = watch.start()
-            exposed = self._exposed(watch)
-            if exposed is not None:
+            # Timed by DDP's group's backend: a user's hook communicates on it too, or on a group of its own
+            # (PowerSGD's state holds one) that is, in practice, of the same backend.
+            if isinstance(watch, HostStopwatch):
+                exposed = dispatch.exposed()
                 exposed.launched(token, bucket.is_last())
         except Exception:
             timing_failed()
-            return hook(state, bucket)
+            return dispatch.hook(dispatch.state, bucket)
+        clock = watch.clock
 
         def completed(future: Any) -> Any:
             try:
@@ -59,29 +104,21 @@ class DispatchingHook:
                     watch.stop(token)
                 else:  # one end for both: the wait is part of the time in flight, never more
                     end = perf_counter()
-                    self.watches.clock.record(token, end)
+                    clock.record(token, end)
                     exposed.completed(end)
             except Exception:
                 timing_failed()
-            return future.value()
+            value = future.value()
+            return value if own is None else value[0]
 
-        return hook(state, bucket).then(completed)
-
-
-    def _exposed(self, watch: Any) -> ExposedWait | None:
-        """Where the training thread's wait is measured: on the host timeline only (gloo), where a future
-        completes when its collective has; NCCL's complete at launch."""
-        if not isinstance(watch, HostStopwatch):
-            return None
-        clock = self.watches.clock
-        if clock.exposed is None:
-            clock.exposed = ExposedWait()
-        return clock.exposed
-
-
-def _registered(dispatch: DispatchingHook) -> Any:
-    def bottleneck_timed_comm_hook(state: Any, bucket: Any) -> Any:
-        return dispatch(bucket)
+        own = None if dispatch.user_registered else bucket.buffer()
+        if own is None:
+            return dispatch.hook(dispatch.state, bucket).then(completed)
+        group = dispatch.group
+        size = dispatch.world_size or group.size()
+        dispatch.world_size = size
+        own.div_(size)  # first, as allreduce_hook does: no overflow in the sum (fp16)
+        return all_reduce(own, group=group, async_op=True).get_future().then(completed)
 
     # DDP compares the hook's annotations with its own types (GradBucket, Future[Tensor]); these, strings
     # under postponed evaluation, would not match.
@@ -110,11 +147,12 @@ def attach(watches: Stopwatches, model: Any) -> bool:
     group = model.process_group
     if watches.for_group(group) is None:
         return False
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     dispatch = DispatchingHook(watches, group, allreduce_hook, group)
     ddp_register = model.register_comm_hook
-    ddp_register(group, _registered(dispatch))
+    ddp_register(dispatch, _registered(dispatch, dist.all_reduce))
 
     def register_comm_hook(state: object, hook: Any) -> None:
         """DDP's ``register_comm_hook``, made to swap the hook the bottleneck hook times."""
