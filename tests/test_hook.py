@@ -298,6 +298,36 @@ def test_gradient_accumulation_counts_one_step_per_optimizer_step(tmp_path):
     session.close()
 
 
+def test_a_model_that_is_no_torch_module_is_timed_all_the_same() -> None:
+    """Regression: the wrapper's DataParallel part read the torch module's ``_replicate_for_data_parallel``, so
+    instrumenting a model-like object of another kind (a wrapper with a forward, as benchmarks/hook_overhead.py's
+    stand-in) failed, and the hook ran without its forward phase."""
+
+    class Forwarder:
+        def __init__(self) -> None:
+            self.inner = torch.nn.Linear(4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return self.forward(x)
+
+    session = Session(address="off")
+    model = Forwarder()
+    optimizer = torch.optim.SGD(model.inner.parameters(), lr=0.1)
+    loader = instrument(DataLoader(TensorDataset(torch.randn(20, 4), torch.randn(20, 1)), batch_size=5),
+                        model=model, optimizer=optimizer, session=session)
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    totals = session.clock.totals()
+    session.close()
+    assert session.clock.steps == 4 and session.errors == 0
+    assert totals.phase_seconds[FORWARD] > 0
+
+
 def test_forked_child_never_sends(tmp_path):
     path = str(tmp_path / "rx.sock")
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

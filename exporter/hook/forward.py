@@ -109,9 +109,11 @@ class TimedForward(InPlaceOf):
         if getattr(self.original, "__module__", "").startswith("torch."):
             self.call = functools.partial(_inlined, self.original)
         self.sampled_seq = -1  # the datagram after which a forward was last looked at (hook.setup)
-        self.replicas = Replicas(self)
+        # Only a torch module is replicated; a model-like object of another kind is timed all the same.
+        self.replicas = Replicas(self) if hasattr(module, "_replicate_for_data_parallel") else None
         self.install()
-        self.replicas.install()
+        if self.replicas is not None:
+            self.replicas.install()
         hide_from_dynamo()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -175,7 +177,8 @@ class TimedForward(InPlaceOf):
 
     def remove(self) -> None:
         super().remove()
-        self.replicas.remove()
+        if self.replicas is not None:
+            self.replicas.remove()
 
 
 class Replicas(InPlaceOf):

@@ -40,7 +40,7 @@ from bottleneck_exporter.hook.forward import TimedForward
 from bottleneck_exporter.hook.gcpauses import GcClock
 from bottleneck_exporter.hook.identity import identify
 from bottleneck_exporter.hook.pinning import PinCheck
-from bottleneck_exporter.hook.setup import SetupFacts
+from bottleneck_exporter.hook.setup import SetupFacts, first_parameter
 from bottleneck_exporter.hook.startup import process_start
 from bottleneck_exporter.hook.timing import (
     OPTIMIZER,
@@ -430,8 +430,7 @@ class Session:
             self.setup.inspect(model, find_wrapper=find_wrapper)
         except Exception:
             self.failed("reading the model's setup")
-        first = next(iter(model.parameters()), None)
-        device = getattr(first, "device", None)
+        device = getattr(first_parameter(model), "device", None)
         if device is None or device.type != "cuda":
             return
         import torch

@@ -102,7 +102,10 @@ def autocast_enabled(torch: Any, device_type: str) -> bool:
 
 
 def first_parameter(module: Any) -> Any:
-    return next(iter(module.parameters()), None)
+    """The first of ``module.parameters()``; None for a model-like object without them (a wrapper with a
+    forward only), which is timed all the same."""
+    parameters = getattr(module, "parameters", None)
+    return next(iter(parameters()), None) if parameters is not None else None
 
 
 def own_parameter(module: Any) -> Any:
