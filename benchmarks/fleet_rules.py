@@ -28,7 +28,9 @@ healthy fleet, as most are most of the time (stderr says how many alerts were pe
 Per bundle, the series its deployment ingests are written as OpenMetrics and turned into a block by ``promtool
 tsdb create-blocks-from openmetrics``, one sample per scrape interval (the written prometheus.yml's), then a fresh
 Prometheus opens the block and evaluates the bundle's rules alone. The data spans a rate window before the
-first evaluation to the last one, planned by when Prometheus will be ready: the time the backfill takes is
+first evaluation to the last one (a family some rule reads over a longer window, the GPUs' idle seconds over
+30 minutes, the XID errors over an hour, that window, at most ``LONGEST_LEAD``), planned by when Prometheus will be
+ready: the time the backfill takes is
 estimated from this machine's speed (a small block, then each bundle's own), doubled, and a Prometheus ready
 early waits for the plan; ``--backfill-cost`` sets the seconds per sample instead (a block of a million series
 costs more per sample than the small one: pass it at 1,000 nodes). The block ends in the future when it is
@@ -40,7 +42,7 @@ The peer: node-mixin's node-exporter recording rules and node alerts as kube-pro
 ``node-exporter.rules`` and ``node-exporter`` groups), written here from their definitions over node_exporter's
 series, at kube-prometheus-stack's evaluation interval (prometheus-operator's default, 30 s). Its rules that join
 kube-state-metrics (``node.rules``) are left out: no training node here runs it. The alerts' 6 h
-``predict_linear`` windows read only the minutes backfilled, so the peer's cost is if anything understated.
+``predict_linear`` windows read only the hour backfilled, so the peer's cost is if anything understated.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bottleneck_exporter.bundle.layout import EXPORTER_JOB, committed_rules, prometheus_config
+from bottleneck_exporter.heuristics.promql import parse_duration
 from bottleneck_exporter.heuristics.sources import (
     BUNDLES,
     DCGM,
@@ -99,7 +102,11 @@ PEER = "node-mixin"
 PEER_INTERVAL = "30s"  # prometheus-operator's default evaluationInterval, which kube-prometheus-stack keeps
 # Every 50th node is slow: its ranks take this much longer for the same work (stragglers for the job rules).
 SLOW_EVERY, SLOW_FACTOR = 50, 1.5
-WINDOW_SECONDS = 5 * 60  # the longest rate window of the bundles' rules (the catalogue's rate_window)
+WINDOW_SECONDS = 5 * 60  # the rate window of most rules (the catalogue's rate_window)
+# A family read over a longer window is backfilled that far, but no further than this: a window the data does not
+# fill reads fewer samples than a Prometheus that has run for hours would (node-mixin's 6 h predict_linear).
+LONGEST_LEAD = 3600
+RANGE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{[^{}]*\})?\s*\[((?:\d+[smhdwy])+)\]")
 STARTUP_SECONDS = 10  # a Prometheus opening the block
 PESSIMISM = 2.0  # the backfill's estimated time over its measured rate (a block of many series costs more a sample)
 
@@ -336,15 +343,18 @@ class Sampled:
     rate: float
 
 
-def write_openmetrics(path: Path, families: dict[str, list[Sampled]], start: int, end: int, step: int) -> int:
-    """Every series of ``families`` (name → its series on all nodes) sampled every ``step`` s from ``start`` to
-    ``end``, grouped by family as OpenMetrics wants; the last sample at ``end``. Returns the samples written."""
-    times = range(start, end + 1, step)
+def write_openmetrics(path: Path, families: dict[str, list[Sampled]], start: int, end: int, step: int,
+                      earlier: dict[str, int] | None = None) -> int:
+    """Every series of ``families`` (name → its series on all nodes) sampled every ``step`` s from ``start`` (a
+    family of ``earlier`` that many seconds before) to ``end``, grouped by family as OpenMetrics wants; the last
+    sample at ``end``. Returns the samples written."""
     now = int(time.time())
-    offsets = [t - now for t in times]
     written = 0
     with path.open("w") as out:
         for name, series in families.items():
+            lead = (earlier or {}).get(name, 0)
+            times = range(start - lead + lead % step, end + 1, step)
+            offsets = [t - now for t in times]
             for s in series:
                 head = s.head
                 if name.endswith("_timestamp_seconds"):
@@ -497,6 +507,18 @@ def longest_interval(paths: list[Path], default: str) -> str:
     return max(intervals or [default], key=seconds)
 
 
+def windows_beyond_rate(paths: list[Path]) -> dict[str, int]:
+    """Per family that a rule of ``paths`` reads over a window longer than WINDOW_SECONDS, how much longer (at most
+    LONGEST_LEAD in all): how much earlier its data must start for that window to be full."""
+    longest: dict[str, int] = {}
+    for rule in rules_of(paths):
+        for name, duration in RANGE.findall(rule["expr"]):
+            window = min(LONGEST_LEAD, int(parse_duration(duration)))
+            if window > WINDOW_SECONDS + longest.get(name, 0):
+                longest[name] = window - WINDOW_SECONDS
+    return longest
+
+
 def read_names(paths: list[Path]) -> set[str]:
     """Every name a rule of ``paths`` mentions (a superset of the series they read)."""
     return {token for rule in rules_of(paths) for token in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", rule["expr"])}
@@ -645,10 +667,12 @@ def collect(templates: Templates, fleet: Fleet, name: str,
     return families, counted, per_node
 
 
-def backfill(workdir: Path, families: dict[str, list[Sampled]], start: int, end: int, step: int) -> tuple[Path, int]:
-    """A TSDB block of ``families`` from ``start`` to ``end``, written by promtool: (its folder, samples)."""
+def backfill(workdir: Path, families: dict[str, list[Sampled]], start: int, end: int, step: int,
+             earlier: dict[str, int] | None = None) -> tuple[Path, int]:
+    """A TSDB block of ``families`` from ``start`` (those of ``earlier`` that many seconds before) to ``end``,
+    written by promtool: (its folder, samples)."""
     text = workdir / "fleet.om"
-    samples = write_openmetrics(text, families, start - start % step, end - end % step, step)
+    samples = write_openmetrics(text, families, start - start % step, end - end % step, step, earlier)
     block = workdir / "block"
     shutil.rmtree(block, ignore_errors=True)
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(text), str(block)],
@@ -690,16 +714,21 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         # The data covers a rate window before the first evaluation and lasts to the last one: it starts
         # and ends by when Prometheus will be ready, after writing and backfilling (``cost`` per sample).
         measured = (args.evaluations + 1) * seconds(evaluation)
-        per_series = (WINDOW_SECONDS + measured) // scrape + 3
+        earlier = windows_beyond_rate(paths)
         written = sum(len(s) for s in families.values())
-        ready = int(time.time() + written * per_series * cost + STARTUP_SECONDS)
+        planned = sum(len(s) * ((WINDOW_SECONDS + earlier.get(f, 0) + measured) // scrape + 3)
+                      for f, s in families.items())
+        ready = int(time.time() + planned * cost + STARTUP_SECONDS)
         began = time.monotonic()
         block, samples = backfill(workdir, families, ready - WINDOW_SECONDS - 2 * scrape, ready + measured + scrape,
-                                  scrape)
+                                  scrape, earlier)
         took = time.monotonic() - began
+        longer = ", ".join(f"{f} from ready - {WINDOW_SECONDS + lead + 2 * scrape} s" for f, lead in sorted(
+            earlier.items()) if f in families)
         print(f"# {name}: {written} series backfilled ({samples} samples in {took:.0f} s, "
               f"{ready - STARTUP_SECONDS - time.time():.0f} s ahead of plan); "
-              f"data from ready - {WINDOW_SECONDS + 2 * scrape} s to ready + {measured + scrape} s", file=sys.stderr)
+              f"data from ready - {WINDOW_SECONDS + 2 * scrape} s to ready + {measured + scrape} s"
+              + (f" ({longer}: the longer windows its rules read them over)" if longer else ""), file=sys.stderr)
         if args.backfill_cost is None:
             cost = PESSIMISM * took / samples  # the next bundle's: this machine, as loaded as it is now
         time.sleep(max(0.0, ready - STARTUP_SECONDS - time.time()))

@@ -152,6 +152,8 @@ def test_cpu_values_follow_the_fixture() -> None:
     for cpu, run_delay_ns in delays.items():
         assert registry.get_sample_value("bottleneck_cpu_runqueue_wait_seconds_total", {"cpu": cpu}) == (
             run_delay_ns / 1e9)
+    assert registry.get_sample_value("bottleneck_cpu_all_runqueue_wait_seconds_total") == pytest.approx(
+        sum(delays.values()) / 1e9)
 
 
 def test_memory_values_follow_the_fixture() -> None:
@@ -300,6 +302,7 @@ def test_missing_psi_schedstat_and_infiniband_leave_no_series_and_no_failure(tmp
     samples = snapshot(host_registry(procfs, sysfs))
     names = {name for name, _ in samples}
     for gone in ("bottleneck_pressure_seconds_total", "bottleneck_cpu_runqueue_wait_seconds_total",
+                 "bottleneck_cpu_all_runqueue_wait_seconds_total",
                  "bottleneck_infiniband_port_received_bytes_total",
                  "bottleneck_infiniband_port_transmitted_bytes_total"):
         assert gone not in names
@@ -307,6 +310,18 @@ def test_missing_psi_schedstat_and_infiniband_leave_no_series_and_no_failure(tmp
     for collector in COLLECTORS:
         assert samples[("bottleneck_scrape_collector_success", frozenset({("collector", collector)}))] == 1
     assert "bottleneck_cpu_seconds_total" in names  # the rest of the collector still works
+
+
+def test_a_cpu_going_offline_does_not_make_the_node_run_queue_wait_fall(tmp_path: Path) -> None:
+    """rate() would read the fall as a counter reset: a spike of the node's whole wait since boot."""
+    procfs, sysfs = fixture_copy(tmp_path)
+    registry = host_registry(procfs, sysfs)
+    before = registry.get_sample_value("bottleneck_cpu_all_runqueue_wait_seconds_total")
+    schedstat = procfs / "schedstat"
+    schedstat.write_text("".join(line for line in schedstat.read_text().splitlines(keepends=True)
+                                 if not line.startswith("cpu3 ")))
+    assert registry.get_sample_value("bottleneck_cpu_runqueue_wait_seconds_total", {"cpu": "3"}) is None
+    assert registry.get_sample_value("bottleneck_cpu_all_runqueue_wait_seconds_total") == before
 
 
 def test_schedstat_of_an_unknown_version_is_not_misread(tmp_path: Path) -> None:

@@ -49,6 +49,20 @@ def test_a_verdict_written_in_another_area_s_module_is_refused(monkeypatch: pyte
         cat.validate()
 
 
+def test_a_narrowed_record_is_read_as_its_selector_narrowed_and_only_a_per_series_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """<<phase_rate>>{phase="step"} reads the recorded rate's step series: spelled out (the Python evaluator,
+    the dashboards) the rate of that series alone. An aggregation or a join narrowed after the fact need not be
+    the same series, so the catalogue refuses to narrow one, naming it."""
+    stepping = CATALOGUE.records[[r.key for r in CATALOGUE.records].index("stepping")]
+    assert 'job_rank_phase:bottleneck_train_phase_seconds:rate5m{phase="step"}' in stepping.expr
+    assert 'rate(bottleneck_train_phase_seconds_total{phase="step"}[5m])' in stepping.inline_expr
+    monkeypatch.setitem(cat.RECORDS, "stepping", dataclasses.replace(
+        cat.RECORDS["stepping"], expr='<<collective_time>>{rank="0"}'))
+    with pytest.raises(CatalogueError, match=r'<<collective_time>>\{rank="0"\}: only a per-series record'):
+        cat.resolve()
+
+
 def test_committed_files_match_what_the_generator_writes() -> None:
     stale = [path for path, text in OUTPUTS().items()
              if not (ROOT / path).exists() or (ROOT / path).read_text() != text]

@@ -53,6 +53,8 @@ NODE_EXPORTER: dict[str, tuple[Twin, ...]] = {
     "bottleneck_procs_running": _twins(Twin("node_procs_running")),
     "bottleneck_procs_blocked": _twins(Twin("node_procs_blocked")),
     "bottleneck_cpu_runqueue_wait_seconds_total": _twins(Twin("node_schedstat_waiting_seconds_total")),
+    "bottleneck_cpu_all_runqueue_wait_seconds_total":
+        _twins(Twin("sum without (cpu) (node_schedstat_waiting_seconds_total)")),
     "bottleneck_memory_total_bytes": _twins(Twin("node_memory_MemTotal_bytes")),
     "bottleneck_memory_available_bytes": _twins(Twin("node_memory_MemAvailable_bytes")),
     "bottleneck_memory_free_bytes": _twins(Twin("node_memory_MemFree_bytes")),

@@ -6,6 +6,7 @@ Reads /proc/stat, /proc/loadavg and, where the kernel has CONFIG_SCHEDSTATS, /pr
     bottleneck_cpu_all_seconds_total{mode="user"} 72974.0
     bottleneck_load1 0.1
     bottleneck_cpu_runqueue_wait_seconds_total{cpu="0"} 12.5
+    bottleneck_cpu_all_runqueue_wait_seconds_total 402.0
 """
 
 from __future__ import annotations
@@ -26,6 +27,25 @@ _IDLE = CPU_MODES.index("idle")
 # Idle time falling by more than this means the CPU went offline and came back, which restarts its counters
 # for real; smaller drops are the jitter that _MonotonicCpuTimes hides.
 _HOTPLUG_IDLE_DROP_SECONDS = 3.0
+
+
+class _RunQueueWaitTotal:
+    """The node's run-queue wait, summed over every CPU /proc/schedstat has listed since the exporter started.
+
+    A CPU taken offline leaves the file, and a sum over the CPUs listed now would fall by its wait: rate() reads
+    a fall as a counter reset and draws a spike of the whole sum. An offline CPU keeps the wait it last showed
+    (its run queue's counters stay in the kernel until it comes back), so the total only falls when a CPU's own
+    counter does.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._lock = threading.Lock()  # scrapes may run concurrently
+
+    def update(self, run_delay_ns: dict[str, int]) -> int:
+        with self._lock:
+            self._last.update(run_delay_ns)
+            return sum(self._last.values())
 
 
 class _MonotonicCpuTimes:
@@ -57,6 +77,7 @@ class CpuCollector:
     def __init__(self, ctx: Context) -> None:
         self.procfs = ctx.procfs
         self._monotonic = _MonotonicCpuTimes()
+        self._runqueue_total = _RunQueueWaitTotal()
         self._warned_schedstat = False
 
     def collect(self) -> Iterable[Metric]:
@@ -132,3 +153,11 @@ class CpuCollector:
         for cpu, nanoseconds in schedstat.run_delay_ns.items():
             family.add_metric([cpu], nanoseconds / 1e9)
         yield family
+        # /proc/schedstat has no node line (as /proc/stat has its cpu line): the node's wait in one series is
+        # what the rules read, where the per-CPU family would cost them 32 times the samples on a 32-CPU node
+        # (docs/rules.md, "What the rules cost on a fleet"); the per-CPU series stay for the dashboards.
+        yield CounterMetricFamily(
+            "bottleneck_cpu_all_runqueue_wait_seconds_total",
+            "Time tasks spent runnable but waiting for a CPU, all CPUs together (run_delay in /proc/schedstat).",
+            value=self._runqueue_total.update(schedstat.run_delay_ns) / 1e9,
+        )

@@ -249,12 +249,29 @@ def _with_records(expr: str, names: Mapping[str, str], inline: bool, params: Map
                   chosen: Mapping[str, str]) -> str:
     def record(match: re.Match[str]) -> str:
         key = match.group(1)
+        narrowing = match.group(0)[len(key) + 4:]  # <<key>>{...}: the series of the record that match
         if not inline:
-            return names[key]
+            return names[key] + narrowing
         body = _with_records(_fill(chosen[key], params), names, True, params, chosen)
+        if narrowing:
+            body = _narrowed(key, body, narrowing)
         return "(" + " ".join(body.split()) + ")"
 
     return RECORD_REF.sub(record, expr)
+
+
+def _narrowed(key: str, body: str, narrowing: str) -> str:
+    """Record ``key`` (spelled out: ``body``) as ``<<key>>{narrowing}`` reads it: its selector with the matchers
+    added. The same series only where the record is one function of one selector, which keeps every label (a rate
+    per series): an aggregation or a join could drop or change the labels matched."""
+    node, matchers = parse(body), parse(narrowing)
+    if not (isinstance(matchers, Selector) and isinstance(node, Call) and len(node.args) == 1
+            and isinstance(node.args[0], Selector)):
+        raise CatalogueError(f"<<{key}>>{narrowing}: only a per-series record (a function of one selector) "
+                             f"is narrowed, not {' '.join(body.split())[:60]!r}")
+    inner = node.args[0]
+    return unparse(dataclasses.replace(node, layout=None, args=(
+        dataclasses.replace(inner, matchers=(*inner.matchers, *matchers.matchers), layout=None),)))
 
 
 def selector_names(node: Node) -> set[str]:

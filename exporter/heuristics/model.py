@@ -5,7 +5,9 @@ Nothing here knows a verdict: the areas (``bottleneck_exporter.heuristics.areas`
 ``parameters`` holds the thresholds, and ``catalogue`` assembles and resolves them.
 
 Expressions and texts are templates: ``${name}`` is a parameter (``${name:pct}`` renders 0.5 as 50% in texts),
-``<<key>>`` a recording rule (``PARAM`` and ``RECORD_REF`` find them)::
+``<<key>>`` a recording rule (``PARAM`` and ``RECORD_REF`` find them), ``<<key>>{phase="step"}`` the series of
+a per-series record (a rate of one selector) that match, read from the record and, spelled out, narrowing its
+selector (so a family rated once serves every record that reads part of it)::
 
     Heuristic(name="InputBound", expr="<<data_wait>> > ${data_wait_ratio} unless on (instance) (...)", ...)
 
@@ -42,7 +44,7 @@ def group_name(area: str, reach: str, recording: bool) -> str:
     return f"bottleneck-{area}-{reach}" + (".rules" if recording else "")
 
 PARAM = re.compile(r"\$\{([a-z0-9_]+)(?::pct)?\}")
-RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>")
+RECORD_REF = re.compile(r"<<([a-z0-9_]+)>>(?:\{[^{}]*\})?")  # findall: the keys; a match: the narrowing too
 
 # The labels that name a verdict's subject (Heuristic.scope), for the kinds most verdicts are about.
 RANK = ("instance", "training_job", "rank")

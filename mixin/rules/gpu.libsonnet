@@ -47,14 +47,18 @@ function(p) {
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
     },
     {
+      record: "instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window,
+      expr: "rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "])",
+    },
+    {
       record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + ")",
         "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
         ")",
         "or on (" + p.cluster_label + ", instance, uuid)",
-        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+        "sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + "{held=\"process\"})",
       ]),
     },
     {
@@ -183,14 +187,18 @@ function(p) {
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
     },
     {
+      record: "instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window,
+      expr: "rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "])",
+    },
+    {
       record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + ")",
         "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
         ")",
         "or on (" + p.cluster_label + ", instance, uuid)",
-        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+        "sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + "{held=\"process\"})",
       ]),
     },
     {
@@ -342,14 +350,18 @@ function(p) {
       expr: "max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{" + p.bottleneckExporterSelector_first + "reason=~\"" + p.throttle_reasons + "\"}[" + p.rate_window + "]))",
     },
     {
+      record: "instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window,
+      expr: "rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "])",
+    },
+    {
       record: "instance_gpu:bottleneck_gpu_held_idle:ratio_rate" + p.gpu_held_idle_window,
       expr: std.join('\n', [
         "(",
-        "  sum without (held) (rate(bottleneck_gpu_idle_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.gpu_held_idle_window + "]))",
+        "  sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + ")",
         "  and on (" + p.cluster_label + ", instance, uuid) bottleneck_gpu_kubernetes_info" + p.bottleneckExporterSelector_braces,
         ")",
         "or on (" + p.cluster_label + ", instance, uuid)",
-        "sum without (held) (rate(bottleneck_gpu_idle_seconds_total{" + p.bottleneckExporterSelector_first + "held=\"process\"}[" + p.gpu_held_idle_window + "]))",
+        "sum without (held) (instance_gpu:bottleneck_gpu_idle_seconds:rate" + p.gpu_held_idle_window + "{held=\"process\"})",
       ]),
     },
     {

@@ -35,7 +35,7 @@ function(p) {
     {
       record: "instance:bottleneck_cpu_runqueue_wait_per_cpu:ratio_rate" + p.rate_window,
       expr: std.join('\n', [
-        "sum without (cpu) (rate(bottleneck_cpu_runqueue_wait_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "]))",
+        "rate(bottleneck_cpu_all_runqueue_wait_seconds_total" + p.bottleneckExporterSelector_braces + "[" + p.rate_window + "])",
         "/",
         "instance:bottleneck_cpus:count",
       ]),

@@ -41,13 +41,16 @@ RECORDS: tuple[Record, ...] = (
     Record("throttle", f"instance_gpu:bottleneck_gpu_harmful_clock_events:ratio_avg{W}",
            'max without (reason) (avg_over_time(bottleneck_gpu_clock_event_active{reason=~"${throttle_reasons}"}'
            f"[{W}]))", "gpu"),
+    # The idle seconds per second over the held-idle window, held or not, rated once: the window is six rate
+    # windows long, the largest read of the GPU records (docs/rules.md, "What the rules cost on a fleet").
+    Record("gpu_idle_long", "instance_gpu:bottleneck_gpu_idle_seconds:rate${gpu_held_idle_window}",
+           "rate(bottleneck_gpu_idle_seconds_total[${gpu_held_idle_window}])", "gpu"),
     # Held: a process holds memory on it, or the kubelet allocated it to a pod (with or without a process).
     # The pod's case comes first: its GPU is held whether or not a process has memory on it.
     Record("gpu_held_idle", "instance_gpu:bottleneck_gpu_held_idle:ratio_rate${gpu_held_idle_window}",
-           "(\n  sum without (held) (rate(bottleneck_gpu_idle_seconds_total[${gpu_held_idle_window}]))\n"
+           "(\n  sum without (held) (<<gpu_idle_long>>)\n"
            "  and on (instance, uuid) bottleneck_gpu_kubernetes_info\n)\nor on (instance, uuid)\n"
-           'sum without (held) (rate(bottleneck_gpu_idle_seconds_total{held="process"}[${gpu_held_idle_window}]))',
-           "gpu"),
+           'sum without (held) (<<gpu_idle_long>>{held="process"})', "gpu"),
     # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
     # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
     # A bundle without a source keeps the other causes (dcgm-exporter's default counters: no XID counter,

@@ -55,7 +55,7 @@ RECORDS: tuple[Record, ...] = (
     Record("memory_pressure", f"instance:bottleneck_memory_pressure_some:ratio_rate{W}", _psi("memory"), "node",
            {NODE_EXPORTER: f"rate(node_pressure_memory_waiting_seconds_total[{W}])"}),
     Record("runqueue_wait", f"instance:bottleneck_cpu_runqueue_wait_per_cpu:ratio_rate{W}",
-           f"sum without (cpu) (rate(bottleneck_cpu_runqueue_wait_seconds_total[{W}]))\n/\n<<cpus>>", "node",
+           f"rate(bottleneck_cpu_all_runqueue_wait_seconds_total[{W}])\n/\n<<cpus>>", "node",
            {NODE_EXPORTER: f"sum without (cpu) (rate(node_schedstat_waiting_seconds_total[{W}]))\n/\n<<cpus>>"}),
     Record("load_per_cpu", "instance:bottleneck_load1_per_cpu:ratio", "bottleneck_load1 / <<cpus>>", "node",
            {NODE_EXPORTER: "node_load1 / <<cpus>>"}),

@@ -47,13 +47,15 @@ RECORDS: tuple[Record, ...] = (
            "or on (instance, training_job, rank)\n"
            "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
     # The rates most records divide by, each taken once (the phase counters are the largest family the
-    # training records read: docs/rules.md, "What the rules cost on a fleet"): the seconds per second a rank
-    # spends stepping, in its collectives, and its steps per second.
+    # training records read: docs/rules.md, "What the rules cost on a fleet"): every phase's seconds per second,
+    # which the records below read a phase of (<<phase_rate>>{phase="..."}) instead of rating it again; the
+    # seconds per second a rank spends stepping, in its collectives, and its steps per second.
+    Record("phase_rate", f"job_rank_phase:bottleneck_train_phase_seconds:rate{W}",
+           f"rate(bottleneck_train_phase_seconds_total[{W}])", "training"),
     Record("stepping", f"job_rank:bottleneck_train_stepping_seconds:rate{W}",
-           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="step"}}[{W}]))', "training"),
+           'sum without (phase) (<<phase_rate>>{phase="step"})', "training"),
     Record("collective_time", f"job_rank:bottleneck_train_collective_seconds:rate{W}",
-           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="collective"}}[{W}]))',
-           "training"),
+           'sum without (phase) (<<phase_rate>>{phase="collective"})', "training"),
     Record("steps_rate", f"job_rank:bottleneck_train_steps:rate{W}", f"rate(bottleneck_train_steps_total[{W}])",
            "training"),
     # The hook samples one batch in 64 on a CUDA rank; no sample in the window leaves the ratio out (0/0).
@@ -65,25 +67,23 @@ RECORDS: tuple[Record, ...] = (
     # holds the training thread, from pinned memory with non_blocking=True it is only queued.
     Record("host_to_device", f"job_rank:bottleneck_train_host_to_device:ratio_of_data_wait_rate{W}",
            f"rate(bottleneck_train_host_to_device_seconds_total[{W}])\n"
-           f'/\nsum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))',
-           "training"),
+           '/\nsum without (phase) (<<phase_rate>>{phase="data_wait"})', "training"),
     Record("data_wait", f"job_rank:bottleneck_train_data_wait:ratio_rate{W}",
-           f'sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="data_wait"}}[{W}]))\n'
-           f'/\n<<stepping>>',
-           "training"),
+           'sum without (phase) (<<phase_rate>>{phase="data_wait"})\n/\n<<stepping>>', "training"),
     Record("step_mean", f"job_rank:bottleneck_train_step_seconds:mean{W}",
            f"rate(bottleneck_train_step_duration_seconds_sum[{W}])\n"
            f"/\nrate(bottleneck_train_step_duration_seconds_count[{W}])", "training"),
     # Host seconds per step this rank waits in its collectives: the hook's collective phase where the rank
     # reports it, else backward (DDP's all-reduce wait sits inside backward, so backward is the proxy).
     Record("collective_wait", f"job_rank:bottleneck_train_collective_wait_seconds:mean{W}",
-           f'(\n  <<collective_time>>\n'
-           f'  or\n  sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}]))\n)'
-           f"\n/\n<<steps_rate>>", "training"),
+           '(\n  <<collective_time>>\n'
+           '  or\n  sum without (phase) (<<phase_rate>>{phase="backward"})\n)'
+           "\n/\n<<steps_rate>>", "training"),
+    # busy / (busy + idle), written so that it rates the busy seconds once: an idle GPU (busy 0) gives
+    # 1 / (1 + Inf) = 0 as the quotient does, and a rank with neither is left out (NaN) as it is.
     Record("gpu_busy", f"job_rank:bottleneck_train_gpu_busy:ratio_rate{W}",
-           f"rate(bottleneck_train_gpu_busy_seconds_total[{W}])\n/\n"
-           f"(rate(bottleneck_train_gpu_busy_seconds_total[{W}]) + rate(bottleneck_train_gpu_idle_seconds_total[{W}]))",
-           "training"),
+           f"1 / (\n  1\n  +\n  rate(bottleneck_train_gpu_idle_seconds_total[{W}])\n  /\n"
+           f"  rate(bottleneck_train_gpu_busy_seconds_total[{W}])\n)", "training"),
     Record("step_vs_median", f"job_rank:bottleneck_train_step_seconds:ratio_to_job_median{W}",
            "<<step_mean>>\n/ on (training_job) group_left ()\nquantile by (training_job) (0.5, <<step_mean>>)",
            "training"),
@@ -98,17 +98,16 @@ RECORDS: tuple[Record, ...] = (
     # Seconds per step in each place a rank's time can go: the named phases (backward without the
     # collective wait where the rank reports it) and between_phases (its own code outside them).
     Record("phase_per_step", f"job_rank_phase:bottleneck_train_phase_seconds:per_step_rate{W}",
-           f'rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|optimizer"}}[{W}])\n'
-           f"/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
-           f'  (\n    rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
-           f'    - ignoring (phase)\n    <<collective_time>>\n  )\n'
-           f'  / <<steps_rate>>,\n  "phase", "backward", "phase", ".*"\n)\nor\n'
-           f'rate(bottleneck_train_phase_seconds_total{{phase="backward"}}[{W}])\n'
-           f"/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
-           f'  (\n    <<stepping>>\n'
-           f'    - sum without (phase) (rate(bottleneck_train_phase_seconds_total{{phase=~"data_wait|forward|'
-           f'backward|optimizer"}}[{W}]))\n  )\n  / <<steps_rate>>,\n'
-           '  "phase", "between_phases", "phase", ".*"\n)', "training"),
+           '<<phase_rate>>{phase=~"data_wait|forward|optimizer"}\n'
+           "/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
+           '  (\n    <<phase_rate>>{phase="backward"}\n'
+           '    - ignoring (phase)\n    <<collective_time>>\n  )\n'
+           '  / <<steps_rate>>,\n  "phase", "backward", "phase", ".*"\n)\nor\n'
+           '<<phase_rate>>{phase="backward"}\n'
+           "/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
+           '  (\n    <<stepping>>\n'
+           '    - sum without (phase) (<<phase_rate>>{phase=~"data_wait|forward|backward|optimizer"})\n  )\n'
+           '  / <<steps_rate>>,\n  "phase", "between_phases", "phase", ".*"\n)', "training"),
     # Each place's seconds per step above the job's median for it, plus a nanosecond-scale priority per
     # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest.
     Record("phase_excess", f"job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate{W}",

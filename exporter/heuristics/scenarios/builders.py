@@ -79,6 +79,8 @@ def node(tl: Timeline, instance: str = INSTANCE, before: Mapping[str, float] | N
         out += [series("bottleneck_cpu_runqueue_wait_seconds_total", {**target, "cpu": cpu},
                        counter(tl, v["runqueue"], b["runqueue"], initial=50))
                 for cpu in cpus]
+        out.append(series("bottleneck_cpu_all_runqueue_wait_seconds_total", target,
+                          counter(tl, v["runqueue"] * len(cpus), b["runqueue"] * len(cpus), initial=50 * len(cpus))))
     return out
 
 
