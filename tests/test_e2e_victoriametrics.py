@@ -62,7 +62,12 @@ def labelled(alerts: list[dict[str, Any]]) -> set[tuple[tuple[str, str], ...]]:
 def test_input_bound_run_fires_the_same_alerts_in_vmalert_over_victoriametrics_as_in_prometheus(
         tmp_path: Path, start_exporter: Any, trainers: Callable[..., subprocess.Popen[str]]) -> None:
     rules = tmp_path / "rules"
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--for", FOR]) == 0
+    # The node's storage and PSI io depend on the tests and builds sharing this machine (a TSDB written beside
+    # this test); where they stall, InputBound yields to the storage, and the two engines, each seeing the
+    # stall at its own moments, never hold the alert for the same for:. Out of reach here, as in
+    # tests/test_hook_loader_workers.py: the engines are compared on the trainer alone.
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set", "io_pressure_ratio=1",
+                          "--set", "disk_busy_ratio=2", "--for", FOR]) == 0
     rule_files = [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]
     socket_path = tmp_path / "push.sock"
     exporter = start_exporter([f"--push.socket={socket_path}"])
