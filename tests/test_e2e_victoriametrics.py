@@ -8,7 +8,7 @@ One input-bound training run (num_workers=0, a dataset that burns CPU per item) 
 both paths scrape it every second. vmalert evaluates the rules in MetricsQL, writes its records back to
 VictoriaMetrics and sends its alerts to a real Alertmanager. BottleneckInputBound must reach that Alertmanager
 with the very labels Prometheus gives it, and the alerts firing for the job on both sides must come to agree.
-Short rate window and ``for:`` (generator parameters), as in test_e2e_rules.py.
+Short rate window, ``for:`` and rule interval (generator parameters), as in test_e2e_rules.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from tests.promstack import (
     EXPORTER_JOB,
     FOR,
     RATE_WINDOW,
+    RULE_INTERVAL,
     Alertmanager,
     Prometheus,
     PrometheusAgent,
@@ -66,7 +67,8 @@ def test_input_bound_run_fires_the_same_alerts_in_vmalert_over_victoriametrics_a
     # this test); where they stall, InputBound yields to the storage, and the two engines, each seeing the
     # stall at its own moments, never hold the alert for the same for:. Out of reach here, as in
     # tests/test_hook_loader_workers.py: the engines are compared on the trainer alone.
-    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}", "--set", "io_pressure_ratio=1",
+    assert generate.main(["--out", str(rules), "--set", f"rate_window={RATE_WINDOW}",
+                          "--set", f"rule_interval={RULE_INTERVAL}", "--set", "io_pressure_ratio=1",
                           "--set", "disk_busy_ratio=2", "--for", FOR]) == 0
     rule_files = [rules / generate.RECORDING_RULES, rules / generate.ALERT_RULES]
     socket_path = tmp_path / "push.sock"
@@ -92,9 +94,9 @@ def test_input_bound_run_fires_the_same_alerts_in_vmalert_over_victoriametrics_a
         reference = wait_until(
             lambda: [a for a in input_bound(alerts_of(prometheus, JOB)) if a["state"] == "firing"],
             240, "BottleneckInputBound to fire on Prometheus")
-        # Longer than on Prometheus: the agent's remote write reads its WAL from disk, which writers beside the
-        # test can hold back for tens of seconds, and every record vmalert reads is a write of its own.
-        sent = wait_until(lambda: input_bound(alertmanager_alerts(alertmanager, JOB)), 300,
+        # Later than on Prometheus: vmalert writes each record back through VictoriaMetrics, so a rule reading a
+        # record sees the one of the evaluation before (docs/rules.md); at RULE_INTERVAL, seconds.
+        sent = wait_until(lambda: input_bound(alertmanager_alerts(alertmanager, JOB)), 240,
                           "BottleneckInputBound from vmalert in Alertmanager")
         assert labelled(sent) == labelled(reference)
         assert sent[0]["labels"]["instance"] == NODE and sent[0]["labels"]["job"] == EXPORTER_JOB
