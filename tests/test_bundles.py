@@ -143,7 +143,7 @@ def test_dcgm_translation_has_the_names_and_labels_of_the_recorded_dcgm_exporter
     series = [s for s in translated("node-exporter-dcgm-only") if dict(s.labels)["__name__"].startswith("DCGM_")]
     assert {dict(s.labels)["__name__"] for s in series} == {
         "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
-        "DCGM_FI_DEV_GPU_TEMP"}
+        "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
     kube = {"container", "namespace", "pod"}  # only on a GPU allocated to a pod
     for s in series:
         name = dict(s.labels)["__name__"]
@@ -151,6 +151,15 @@ def test_dcgm_translation_has_the_names_and_labels_of_the_recorded_dcgm_exporter
         assert any(mine == theirs - kube for theirs in scrape[name]), (name, mine, scrape[name])
     utilization = [v for s in series if dict(s.labels)["__name__"] == "DCGM_FI_DEV_GPU_UTIL" for v in s.track if v]
     assert max(utilization) > 1, "dcgm-exporter's GPU_UTIL is in percent"
+
+
+@pytest.mark.parametrize("bundle", ["node-exporter-dcgm", "node-exporter-dcgm-only"])
+def test_dcgm_bundles_read_the_tensor_core_activity_of_dcgm_exporter(bundle: str) -> None:
+    """Regression: they recorded the busiest Tensor-Core activity as 0, and NoMixedPrecision fired on a job whose
+    exact float32 matmuls ran beside busy Tensor Cores (lower precision the hook cannot see)."""
+    catalogue = resolve(bundle=bundle)
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in catalogue.reads["NoMixedPrecision"]
+    assert "instance:bottleneck_gpu_tensor_activity:max" not in catalogue.reduced
 
 
 def test_a_verdict_that_needs_our_sub_second_samples_is_left_out_of_the_dcgm_bundle_and_the_runbook_says_so() -> None:

@@ -298,7 +298,9 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]
                    ) -> tuple[dict[str, str], dict[str, set[str]], dict[str, set[str]]]:
     """Per record key, the expression ``bundle`` records (the first its sources can read); for the records
     it cannot record, the raw series it lacks; for records it records without some of their parts, the raw
-    series those parts need."""
+    series those parts need. A part over our series that reads no record is read through the bundle's peer
+    twins where its sources lack ours (the busiest Tensor-Core activity from dcgm-exporter's), filled in with
+    ``params``."""
     provides = BUNDLES[bundle].provides
     chosen: dict[str, str] = {}
     missing: dict[str, set[str]] = {}
@@ -310,9 +312,19 @@ def choose_signals(bundle: str, params: Mapping[str, float | str]
             found |= missing.get(key, set())
         return found
 
+    def readable(part: str) -> str:
+        """``part`` as the bundle can read it: itself, or over its sources' twins where that reads them all."""
+        if not lacks(part) or RECORD_REF.search(part):
+            return part
+        try:
+            twinned = BUNDLES[bundle].rewrite(_fill(part, params))
+        except Unreadable:
+            return part
+        return part if lacks(twinned) else twinned
+
     for key, record in RECORDS.items():
         if record.parts:
-            parts = [p for p in record.parts if not lacks(p)]
+            parts = [p for p in map(readable, record.parts) if not lacks(p)]
             if 0 < len(parts) < len(record.parts):
                 reduced[key] = set().union(*(lacks(p) for p in record.parts))
             if parts:
@@ -335,8 +347,8 @@ def signal(key: str, matchers: str, bundle: str = DEFAULT_BUNDLE, window: str = 
     (``instance=~"$instance"``), the records it reads inlined. A dashboard draws this instead of typing the
     signal's PromQL again. MissingSignal names the raw series the bundle's sources lack."""
     defaults = {name: p.default for name, p in PARAMETERS.items()}
-    chosen, missing, _ = choose_signals(bundle, defaults)
     params = {**defaults, "rate_window": window}
+    chosen, missing, _ = choose_signals(bundle, params)
     if key in SIGNALS:
         expr = SIGNALS[key].expr
         lacking = set().union(*(missing[k] for k in RECORD_REF.findall(expr) if k in missing))

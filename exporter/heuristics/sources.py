@@ -28,7 +28,17 @@ from collections.abc import Callable, Mapping
 from bottleneck_exporter.collectors.coexistence import DCGM_EXPORTER as DCGM_TWINS
 from bottleneck_exporter.collectors.coexistence import GPU_UNIQUE, Twin
 from bottleneck_exporter.collectors.coexistence import NODE_EXPORTER as NODE_EXPORTER_TWINS
-from bottleneck_exporter.heuristics.promql import Binary, Matcher, Node, Number, Selector, parse, transform, unparse
+from bottleneck_exporter.heuristics.promql import (
+    Aggregate,
+    Binary,
+    Matcher,
+    Node,
+    Number,
+    Selector,
+    parse,
+    transform,
+    unparse,
+)
 
 TRAINING, HOST, GPU = "training", "host", "gpu"
 FAMILIES = (TRAINING, HOST, GPU)
@@ -216,12 +226,18 @@ class Bundle:
                 peers_gpu.add(name)
             return peer
 
-        text = unparse(transform(parse(expr), one))
+        node = transform(parse(expr), one)
         if ours_gpu and peers_gpu:
             lacking |= peers_gpu
         if lacking:
             raise Unreadable(lacking)
-        return dcgm_as_ours(text) if peers_gpu else text
+        return dcgm_as_ours(unparse(node)) if peers_gpu and _keeps_peer_labels(node) else unparse(node)
+
+
+def _keeps_peer_labels(node: Node) -> bool:
+    """Whether ``node``'s result can carry dcgm-exporter's own labels: not after an aggregation by ours alone."""
+    return not (isinstance(node, Aggregate) and not node.without
+                and not set(node.grouping) & {"UUID", *DCGM_ONLY_LABELS})
 
 
 DEFAULT_BUNDLE = "bottleneck"

@@ -924,7 +924,15 @@ function(p) {
     },
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
-      expr: "0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        "or on (" + p.cluster_label + ", instance, cause)",
+        "(",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+        "  unless on (" + p.cluster_label + ", instance)",
+        "  max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        ")",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,
@@ -1228,7 +1236,15 @@ function(p) {
     },
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
-      expr: "0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+      expr: std.join('\n', [
+        "max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        "or on (" + p.cluster_label + ", instance, cause)",
+        "(",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
+        "  unless on (" + p.cluster_label + ", instance)",
+        "  max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        ")",
+      ]),
     },
     {
       record: "job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window,

@@ -39,11 +39,11 @@ class Scenario:
     start: int = 10  # not_yet: minute the situation begins
     eval_at: int | None = None  # fires / near_miss: default for: + 7 minutes
     # Raw series the expectation depends on beyond the alert's own (a cause label read from them): a bundle
-    # whose sources lack one of them does not run the scenario.
+    # whose sources have neither them nor a peer's series in their place does not run the scenario.
     needs: tuple[str, ...] = ()
 
     def runs_in(self, bundle: Bundle) -> bool:
-        return all(bundle.provides(name) for name in self.needs)
+        return all(bundle.series(name) is not None for name in self.needs)
 
     @property
     def title(self) -> str:

@@ -330,8 +330,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         lambda t: rank(t) + setup(t, capability=6.0), severity="info"),
     row("NoMixedPrecision", NEAR_MISS, "model_kept_in_bfloat16_needs_no_autocast",
         lambda t: rank(t) + setup(t, capability=8.0, dtype="bfloat16"), severity="info"),
+    row("NoMixedPrecision", FIRES, "h100_float32_matmuls_exact_its_tensor_cores_idle",
+        lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="highest") + gpu(t, tensor=0.01),
+        e({**RANK0, "float32_matmul_precision": "highest"}, 9.0), severity="info",
+        needs=("bottleneck_gpu_tensor_activity_ratio",)),
     # Exact float32 matmuls: the busy Tensor Cores are lower precision the hook cannot see (an autocast
-    # inside a compiled model).
+    # inside a compiled model). Regression: in the dcgm-exporter bundles the Tensor-Core activity was 0 (they
+    # did not read dcgm-exporter's DCGM_FI_PROF_PIPE_TENSOR_ACTIVE), and the verdict fired here.
     row("NoMixedPrecision", NEAR_MISS, "h100_tensor_cores_busy_while_its_float32_matmuls_are_exact",
         lambda t: rank(t) + setup(t, capability=9.0, matmul_precision="highest") + gpu(t, tensor=0.4),
         severity="info", needs=("bottleneck_gpu_tensor_activity_ratio",)),
