@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from bottleneck_exporter.heuristics import NODE_EXPORTER, resolve
-from bottleneck_exporter.heuristics.promql import SeriesStore
+from bottleneck_exporter.heuristics.promql import SeriesStore, parse
+from bottleneck_exporter.heuristics.promql import evaluate as evaluate_expression
 from bottleneck_exporter.verdicts import bars, breakdown
 from bottleneck_exporter.verdicts.breakdown import RUN, WINDOW
 from bottleneck_exporter.verdicts.evaluation import BRIEFLY, PARTLY, THROUGHOUT, Finding, Held, Samples, evaluate
@@ -109,6 +110,48 @@ def test_a_sampler_that_keeps_a_window_forgets_older_samples_and_series_gone_sin
     assert got == {"0": [15.0, 20.0, 25.0], "up": [15.0, 20.0, 25.0]}  # GPU 1 vanished at 10 s: its series too
     assert sampler.samples().span == 10.0
     assert sampler.record[0].scrapes == 6  # every scrape still counted
+
+
+def trainer_process(rank: str, job: str, rss_mib: float, found_by: str) -> list[Sample]:
+    """The training collector's series of one trainer process, as it names it before and after its first push."""
+    process = {"process": "train.py", "local_rank": rank}
+    return [("bottleneck_training_resident_memory_bytes", process, rss_mib * 2**20),
+            ("bottleneck_training_process_info", {**process, "training_job": job, "discovered_by": found_by}, 1.0),
+            ("bottleneck_memory_total_bytes", {}, 24 * 2**30)]
+
+
+def test_a_series_gone_from_its_job_s_next_scrape_is_stale_there_as_in_prometheus() -> None:
+    """Regression: under ``run`` the training collector names the trainer's process without a rank or job until its
+    first push, and with them after. The first series' last sample stayed within the lookback, and its start-up
+    growth (torch's import, 8 to 325 MiB in 4 s) made "train.py (local rank , job )" leak in every report."""
+    def growing(scrapes: list[list[Sample]]) -> list[dict[str, str]]:
+        clock = Clock()
+        sampler = Sampler(Recorded(scrapes), "node-1", JOB, clock=clock)
+        sampler.run(2.0 * (len(scrapes) - 1), 2.0, sleep=clock.sleep)
+        return [f.labels for f in evaluate(sampler.samples()).findings if f.rule.heuristic.name == "MemoryGrowing"]
+
+    starting = [trainer_process("", "", mib, "cmdline") for mib in (8, 247, 325)]
+    pushed = [trainer_process("0", "train", 325, "push")] * 10
+    assert growing([*starting, *pushed]) == []
+    # The same start-up, had the process kept its first name and grown on: the verdict it would get.
+    still_growing = [trainer_process("", "", 325 + 80 * i, "cmdline") for i in range(1, 11)]
+    assert [labels["local_rank"] for labels in growing([*starting, *still_growing])] == [""]
+
+
+def test_a_series_missing_from_one_scrape_is_absent_at_it_and_back_at_the_next_that_has_it() -> None:
+    clock = Clock()
+    sampler = Sampler(Recorded(gpus_up((1, 1), (1,), (1, 1))), "node-1", JOB, clock=clock)
+    sampler.run(10.0, 5.0, sleep=clock.sleep)
+    store = sampler.samples().store
+
+    def gpus_at(at: float) -> list[str]:
+        result = evaluate_expression(parse("bottleneck_gpu_up"), store, at)
+        assert isinstance(result, list)
+        return sorted(s.labels["gpu"] for s in result)
+
+    assert [gpus_at(at) for at in (0.0, 5.0, 9.0, 10.0)] == [["0", "1"], ["0"], ["0"], ["0", "1"]]
+    # A range still reads the points before the scrape that lacked it, as Prometheus' does.
+    assert len(evaluate_expression(parse("max_over_time(bottleneck_gpu_up[30s])"), store, 9.0)) == 2
 
 
 def test_a_peer_that_does_not_answer_costs_its_own_series_only_and_is_named_with_what_it_leaves_unjudged() -> None:

@@ -63,19 +63,31 @@ Value = float | Vector
 _TIME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 
 
+SeriesKey = tuple[tuple[str, str], ...]
+
+
 class SeriesStore:
     """Sampled series: labels (``__name__`` included) → time-ordered (seconds, value) points, indexed by metric
     name: a selector naming its metric reads only that metric's series, not the whole store (a node at the push
-    bounds holds thousands of series, and one alert expression has a dozen selectors)."""
+    bounds holds thousands of series, and one alert expression has a dozen selectors).
+
+    A series can also end: ``went_stale`` times are where a scrape no longer had it (Prometheus' staleness
+    markers). An instant selector then no longer returns it, though its last point is within the lookback; a
+    range selector still reads its points, as Prometheus' does."""
 
     def __init__(self) -> None:
-        self._series: dict[tuple[tuple[str, str], ...], tuple[list[float], list[float]]] = {}
-        self._by_name: dict[str, list[tuple[tuple[str, str], ...]]] = {}
+        self._series: dict[SeriesKey, tuple[list[float], list[float]]] = {}
+        self._by_name: dict[str, list[SeriesKey]] = {}
+        self._stale: dict[SeriesKey, list[float]] = {}
 
-    def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
+    def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]],
+            went_stale: Iterable[float] = ()) -> None:
         key = tuple(sorted(labels.items()))
         if key not in self._series:
             self._by_name.setdefault(labels.get("__name__", ""), []).append(key)
+        stale = sorted(went_stale)
+        if stale:
+            self._stale[key] = sorted([*self._stale.get(key, ()), *stale])
         times, values = self._series.setdefault(key, ([], []))
         if not times:  # a new series: its points at once, in time order (equal times keep their order)
             ordered = sorted(points, key=_TIME)
@@ -89,9 +101,22 @@ class SeriesStore:
 
     def series(self, name: str | None = None) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
         """Every series, or only those of metric ``name``."""
+        for key, times, values in self.keyed(name):
+            yield dict(key), times, values
+
+    def keyed(self, name: str | None = None) -> Iterable[tuple[SeriesKey, list[float], list[float]]]:
+        """``series``, each with its key (its sorted labels) for ``ended``."""
         for key in self._series if name is None else self._by_name.get(name, ()):
             times, values = self._series[key]
-            yield dict(key), times, values
+            yield key, times, values
+
+    def ended(self, key: SeriesKey, since: float, at: float) -> bool:
+        """Whether series ``key`` went stale after its point at ``since`` and by ``at``."""
+        stale = self._stale.get(key)
+        if not stale:
+            return False
+        index = bisect.bisect_right(stale, at) - 1
+        return index >= 0 and stale[index] > since
 
     def __len__(self) -> int:
         return len(self._series)
@@ -697,18 +722,20 @@ class Evaluator:
             return self.aggregate(node)
         return self.binary(node)
 
-    def _select(self, selector: Selector) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+    def _select(self, selector: Selector) -> Iterable[tuple[SeriesKey, dict[str, str], list[float], list[float]]]:
         name = next((m.value for m in selector.matchers if m.name == "__name__" and m.op == "="), None)
-        for labels, times, values in self.store.series(name):
+        for key, times, values in self.store.keyed(name):
+            labels = dict(key)
             if all(m.matches(labels) for m in selector.matchers):
-                yield labels, times, values
+                yield key, labels, times, values
 
     def instant(self, selector: Selector) -> Vector:
         out: Vector = []
-        for labels, times, values in self._select(selector):
+        for key, labels, times, values in self._select(selector):
             index = bisect.bisect_right(times, self.at) - 1
-            if index >= 0 and times[index] >= self.at - LOOKBACK_SECONDS:
-                out.append(Sample(dict(labels), values[index]))
+            if index >= 0 and times[index] >= self.at - LOOKBACK_SECONDS \
+                    and not self.store.ended(key, times[index], self.at):
+                out.append(Sample(labels, values[index]))
         return out
 
     def call(self, node: Call) -> Value:
@@ -729,7 +756,7 @@ class Evaluator:
             raise PromQLError(f"the range [{selector.range_variable}] is a dashboard's variable: fill it in first")
         start = self.at - selector.range_seconds
         out: Vector = []
-        for labels, times, values in self._select(selector):
+        for _, labels, times, values in self._select(selector):
             lo = bisect.bisect_left(times, start)
             hi = bisect.bisect_right(times, self.at)
             window_t, window_v = times[lo:hi], values[lo:hi]

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bottleneck_exporter.heuristics import BUNDLES, DCGM, NODE_EXPORTER, Catalogue
-from bottleneck_exporter.heuristics.promql import SeriesStore
+from bottleneck_exporter.heuristics.promql import SeriesKey, SeriesStore
 from bottleneck_exporter.heuristics.sources import PEER_JOB, SOURCES, family_of
 from bottleneck_exporter.verdicts.scrape import Sample, ScrapeError
 from bottleneck_exporter.verdicts.scrape import scrape as read_exposition
@@ -145,10 +145,15 @@ class Points:
         # The labelled key of each (job, name, labels) given as a tuple: a recorder's snapshots repeat the same
         # series at every sample, and labelling them again for each was most of a status page's verdicts.
         self._keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[tuple[str, str], ...]] = {}
-        self._columns: dict[tuple[str, int], tuple[object, list[list[tuple[float, float]]]]] = {}
+        self._columns: dict[tuple[str, int], tuple[object, list[list[tuple[float, float]]], frozenset[SeriesKey]]] = {}
+        # Staleness, as Prometheus marks it: each job's series in its last scrape, and when each series was last
+        # missing from a scrape of its job that followed one that had it.
+        self._scraped: dict[str, frozenset[SeriesKey]] = {}
+        self._stale: dict[SeriesKey, list[float]] = {}
 
     def add(self, at: float, job: str, samples: Iterable[tuple[str, Labels, float]], up: bool = True) -> None:
         """One scrape of ``job`` at ``at``: its samples (none when it failed) and its ``up``."""
+        keys = []
         for name, labels, value in (*samples, ("up", (), 1.0 if up else 0.0)):
             if math.isinf(value):
                 continue
@@ -159,6 +164,16 @@ class Points:
             else:
                 key = self._key(job, name, labels)
             self._points.setdefault(key, []).append((at, value))
+            keys.append(key)
+        self._scrape_of(job, at, frozenset(keys))
+
+    def _scrape_of(self, job: str, at: float, keys: frozenset[SeriesKey]) -> None:
+        """A scrape of ``job`` at ``at`` had ``keys``: those of its scrape before that it lacks went stale."""
+        before = self._scraped.get(job)
+        if before is not None and before is not keys:
+            for key in before - keys:
+                self._stale.setdefault(key, []).append(at)
+        self._scraped[job] = keys
 
     def add_columns(self, at: float, job: str, series: Sequence[tuple[str, Labels]], values: Sequence[float]) -> None:
         """Like ``add`` (the scrape answered): sample i is ``series[i]`` of value ``values[i]``. Calls that pass
@@ -166,12 +181,14 @@ class Points:
         and find its points once, not at every call: at the push bounds, 64 snapshots of 1,850 series."""
         cached = self._columns.get((job, id(series)))
         if cached is None or cached[0] is not series:
-            cached = self._columns[job, id(series)] = series, [
-                self._points.setdefault(self._key(job, name, labels), []) for name, labels in series]
+            keys = [self._key(job, name, labels) for name, labels in series]
+            cached = self._columns[job, id(series)] = series, [self._points.setdefault(k, []) for k in keys], \
+                frozenset([*keys, self._key(job, "up", ())])
         for points, value in zip(cached[1], values, strict=True):
             if not math.isinf(value):
                 points.append((at, value))
         self._points.setdefault(self._key(job, "up", ()), []).append((at, 1.0))
+        self._scrape_of(job, at, cached[2])
 
     def _key(self, job: str, name: str, labels: Labels) -> tuple[tuple[str, str], ...]:
         return tuple(sorted({**as_scraped(dict(labels), job, self.instance), "__name__": name}.items()))
@@ -185,9 +202,11 @@ class Points:
             elif keep:
                 del series[:keep]
         self._columns.clear()  # add_columns' cached lists may be gone from _points now
+        self._stale = {key: kept for key, times in self._stale.items() if key in self._points
+                       and (kept := [t for t in times if t >= at])}
 
     def store(self) -> SeriesStore:
         store = SeriesStore()
         for key, series in self._points.items():
-            store.add(dict(key), series)
+            store.add(dict(key), series, self._stale.get(key, ()))
         return store
