@@ -246,7 +246,8 @@ def test_a_script_without_torch_gets_the_node_verdicts_and_is_told_its_training_
     result = run([f"--report={report}", "--interval", "1s", "--", PYTHON, "-c", "import time; time.sleep(3)"])
     assert result.returncode == 0, result.stderr
     document = report_of(report)
-    assert document["rules_evaluated"] == len(resolve().alerts)
+    # Every rule but the trends, which a 3 s run cannot tell from a warm-up.
+    assert document["rules_evaluated"] == len([r for r in resolve().alerts if not r.heuristic.sampled_over])
     assert document["errors"] == []
     assert document["run"]["unseen"] == [NO_TRAINING]
     assert document["run"]["measured"] == []

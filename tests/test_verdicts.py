@@ -18,7 +18,16 @@ from bottleneck_exporter.heuristics.promql import SeriesStore, parse
 from bottleneck_exporter.heuristics.promql import evaluate as evaluate_expression
 from bottleneck_exporter.verdicts import bars, breakdown
 from bottleneck_exporter.verdicts.breakdown import RUN, WINDOW
-from bottleneck_exporter.verdicts.evaluation import BRIEFLY, PARTLY, THROUGHOUT, Finding, Held, Samples, evaluate
+from bottleneck_exporter.verdicts.evaluation import (
+    BRIEFLY,
+    PARTLY,
+    THROUGHOUT,
+    Evaluation,
+    Finding,
+    Held,
+    Samples,
+    evaluate,
+)
 from bottleneck_exporter.verdicts.peers import peer
 from bottleneck_exporter.verdicts.report import Report, render_json, render_text, sampled
 from bottleneck_exporter.verdicts.sampling import HttpSource, Sampler
@@ -124,18 +133,40 @@ def test_a_series_gone_from_its_job_s_next_scrape_is_stale_there_as_in_prometheu
     """Regression: under ``run`` the training collector names the trainer's process without a rank or job until its
     first push, and with them after. The first series' last sample stayed within the lookback, and its start-up
     growth (torch's import, 8 to 325 MiB in 4 s) made "train.py (local rank , job )" leak in every report."""
-    def growing(scrapes: list[list[Sample]]) -> list[dict[str, str]]:
-        clock = Clock()
-        sampler = Sampler(Recorded(scrapes), "node-1", JOB, clock=clock)
-        sampler.run(2.0 * (len(scrapes) - 1), 2.0, sleep=clock.sleep)
-        return [f.labels for f in evaluate(sampler.samples()).findings if f.rule.heuristic.name == "MemoryGrowing"]
-
     starting = [trainer_process("", "", mib, "cmdline") for mib in (8, 247, 325)]
     pushed = [trainer_process("0", "train", 325, "push")] * 10
-    assert growing([*starting, *pushed]) == []
+    assert growing([*starting, *pushed], 20.0) == []
     # The same start-up, had the process kept its first name and grown on: the verdict it would get.
     still_growing = [trainer_process("", "", 325 + 80 * i, "cmdline") for i in range(1, 11)]
-    assert [labels["local_rank"] for labels in growing([*starting, *still_growing])] == [""]
+    assert [labels["local_rank"] for labels in growing([*starting, *still_growing], 20.0)] == [""]
+
+
+def growing(scrapes: list[list[Sample]], interval: float) -> list[dict[str, str]]:
+    """The processes BottleneckMemoryGrowing names over ``scrapes`` taken every ``interval`` seconds."""
+    return [f.labels for f in sampled_every(scrapes, interval).findings if f.rule.heuristic.name == "MemoryGrowing"]
+
+
+def sampled_every(scrapes: list[list[Sample]], interval: float) -> Evaluation:
+    clock = Clock()
+    sampler = Sampler(Recorded(scrapes), "node-1", JOB, clock=clock)
+    sampler.run(interval * (len(scrapes) - 1), interval, sleep=clock.sleep)
+    return evaluate(sampler.samples())
+
+
+def test_a_leak_is_judged_over_4_minutes_of_samples_not_over_a_short_run_s_warm_up() -> None:
+    """Regression: a 26 s run grew 9 MiB in its first epochs (448 KiB/s, over the limit of 5 % of 24 GiB an
+    hour) and was told it leaked; Prometheus would wait 15 minutes for the growth to hold."""
+    leaking = [trainer_process("0", "train", 325 + 10 * i, "push") for i in range(27)]  # 1 MiB/s
+    assert growing(leaking[:4], 10.0) == []
+    short = sampled_every(leaking[:4], 10.0)
+    assert short.too_short == [("BottleneckMemoryGrowing", 240.0)] and "BottleneckMemoryGrowing" not in {
+        r.alert for r in short.catalogue.alerts}
+    text = render_text(Report("in-process", "node-1", 30.0, len(short.catalogue.alerts), short.findings,
+                              short.errors, short.missing, short.window_seconds, too_short=short.too_short),
+                       longer="sample longer with --window")
+    assert "Not judged over 30 s of samples" in text
+    assert "BottleneckMemoryGrowing: needs 4 min; sample longer with --window" in text
+    assert [labels["local_rank"] for labels in growing(leaking, 10.0)] == ["0"]  # 260 s: judged, and a leak
 
 
 def test_a_series_missing_from_one_scrape_is_absent_at_it_and_back_at_the_next_that_has_it() -> None:

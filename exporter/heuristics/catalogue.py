@@ -490,6 +490,8 @@ def validate() -> None:
         if len(set(severities)) != len(severities) or any(s not in SEVERITIES for s in severities):
             raise CatalogueError(f"{where}: severities {severities} must be distinct values of {SEVERITIES}")
         parse_duration(heuristic.for_)
+        if heuristic.sampled_over:
+            parse_duration(heuristic.sampled_over)
         for text in (heuristic.summary, heuristic.description):
             check(text)
         for key in heuristic.compares:

@@ -135,6 +135,9 @@ class Heuristic:
     # parameter's name, or a number); none: the dashboards show the alert's state.
     compares: tuple[str, ...] = ()
     threshold: str = ""
+    # A trend: the shortest span of samples ``diagnose`` and ``run`` judge it over, where ``for:`` is not waited
+    # for (a duration); over a shorter one a warm-up, or a step's noise, would read as the trend. Empty: any span.
+    sampled_over: str = ""
 
     @property
     def alert(self) -> str:

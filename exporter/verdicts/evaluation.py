@@ -150,6 +150,8 @@ class Evaluation:
     errors: list[tuple[str, str]]  # (alert, message)
     missing: list[str]  # DATA_HINTS whose series nothing provided
     samples: Samples | None = None  # what was evaluated (the report reads the step breakdown from it)
+    # Alerts not judged: trends the sampled span is too short for (Heuristic.sampled_over), with the seconds each needs.
+    too_short: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
 def labels_of(metric: Mapping[str, str]) -> dict[str, str]:
@@ -182,11 +184,24 @@ def evaluate(samples: Samples, bundle: str = DEFAULT_BUNDLE, overrides: Mapping[
         raise ValueError("no samples to evaluate")
     rate_window = max(1, math.ceil(samples.span) + 1) if window is None else max(1, math.ceil(window))
     catalogue = resolve({**(overrides or {}), "rate_window": f"{rate_window}s"}, bundle=bundle)
+    catalogue, too_short = judged_over(catalogue, samples.span, samples.store)
     at = samples.times[-1]
     findings, errors = findings_at(catalogue, samples.store, at)
     if hold_for:
         hold_states(catalogue, samples.store, samples.times, findings)
-    return Evaluation(catalogue, at, samples.span, findings, errors, missing_in(samples.store), samples)
+    return Evaluation(catalogue, at, samples.span, findings, errors, missing_in(samples.store), samples, too_short)
+
+
+def judged_over(catalogue: Catalogue, span: float, store: SeriesStore) -> tuple[Catalogue, list[tuple[str, float]]]:
+    """``catalogue`` without the alerts whose trend ``span`` seconds of samples cannot tell, and those of them
+    whose series ``store`` has (the others could not hold anyway), with the span each needs."""
+    short = {rule.alert: (rule, seconds) for rule in catalogue.alerts
+             if rule.heuristic.sampled_over and span < (seconds := parse_duration(rule.heuristic.sampled_over))}
+    present = {labels["__name__"] for labels, _, _ in store.series()}
+    said = sorted((alert, seconds) for alert, (rule, seconds) in short.items()
+                  if set(catalogue.reads.get(rule.heuristic.name, ())) <= present)
+    kept = tuple(rule for rule in catalogue.alerts if rule.alert not in short)
+    return dataclasses.replace(catalogue, alerts=kept), said
 
 
 def findings_at(catalogue: Catalogue, store: SeriesStore, at: float) -> tuple[list[Finding], list[tuple[str, str]]]:

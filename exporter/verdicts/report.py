@@ -70,6 +70,8 @@ class Report:
     sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     ranks: list[RankBreakdown] = dataclasses.field(default_factory=list)  # sampled: each rank's steps
     gpus: list[GpuUtilization] = dataclasses.field(default_factory=list)  # sampled: each GPU's utilization
+    # sampled: alerts whose trend the span was too short to tell, with the seconds of samples each needs
+    too_short: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
     @property
     def critical(self) -> bool:
@@ -94,7 +96,7 @@ def sampled(evaluation: Evaluation, sampler: Sampler) -> Report:
     store = (evaluation.samples or sampler.samples()).store
     return Report(sampler.source.kind, sampler.source.target, evaluation.at, len(catalogue.alerts),
                   evaluation.findings, evaluation.errors, evaluation.missing, evaluation.window_seconds,
-                  catalogue.bundle, sources, ranks(store), gpus(store))
+                  catalogue.bundle, sources, ranks(store), gpus(store), evaluation.too_short)
 
 
 def _shown(report: Report, min_severity: str) -> list[Finding]:
@@ -135,6 +137,12 @@ def render_text(report: Report, min_severity: str = "info", width: int = 100, he
                 f"(first: {source['error']})"
                 + (f"; judged without its series: {', '.join(source['unjudged'])}" if source["unjudged"] else ""),
                 width, "", "  ")]
+    if report.too_short:
+        lines += ["", f"Not judged over {duration(report.window_seconds or 0.0)} of samples (a trend: over less, "
+                  "a warm-up would read as one):"]
+        for alert, seconds in report.too_short:
+            lines += _paragraph(f"{alert}: needs {duration(seconds)}" + (f"; {longer}" if longer else ""),
+                                width, "  - ", "    ")
     if report.errors:
         lines += ["", "Could not evaluate:"]
         for alert, message in report.errors:
@@ -326,4 +334,5 @@ def render_json(report: Report, min_severity: str = "info") -> str:
                  for job, breakdowns in by_job(report.ranks).items()],
         "gpus": [gpu.as_dict() for gpu in report.gpus],
         "missing": report.missing, "errors": [{"alert": a, "error": e} for a, e in report.errors],
+        "too_short": [{"alert": a, "needs_seconds": seconds} for a, seconds in report.too_short],
     }, indent=2) + "\n"

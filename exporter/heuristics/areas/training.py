@@ -640,13 +640,15 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "slope of the process's resident memory over the window (a warm-up jump that levels off does not "
         "hold for the alert's 15 minutes); SageMaker's GPUMemoryIncrease fires on a rise of 5 points, TraceML "
         "calls it memory creep. The threshold is a share of the node's memory per hour, so a leak that would "
-        "fill the node within a day (5 % an hour: 20 hours) is named while the job still runs.",
+        "fill the node within a day (5 % an hour: 20 hours) is named while the job still runs. diagnose and "
+        "run, which do not wait for the 15 minutes, judge it over at least 4 minutes of samples: over less, a "
+        "start-up's growth (the first epoch's allocations) or one step's noise reads as a leak.",
         evidence="`bottleneck_training_resident_memory_bytes` (the trainer and its DataLoader workers, from "
         "/proc), `bottleneck_memory_available_bytes`, "
         "`instance_process:bottleneck_training_memory_exhausted_in_seconds:deriv${rate_window}`; on CUDA, "
         "`bottleneck_train_cuda_memory_allocated_bytes` per rank.",
         # No threshold line on the dashboards: the limit is a record of each node's memory, not one number.
-        scope=("instance", "process", "local_rank"), unit="Bps", group="training",
+        scope=("instance", "process", "local_rank"), unit="Bps", group="training", sampled_over="4m",
     ),
     Heuristic(
         name="GpuMemoryGrowing",
@@ -677,14 +679,14 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "window; the memory the caching allocator reserves is not judged (it fills in the first minutes and "
         "stays). The threshold is a share of the rank's own device (a MIG instance's own memory) per hour; a "
         "growth only in the first minutes (optimizer state, the allocator's warm-up) does not hold for the "
-        "alert's 15 minutes. SageMaker's GPUMemoryIncrease fires on a rise of 5 points; TraceML calls it "
-        "memory creep.",
+        "alert's 15 minutes (diagnose and run, which do not wait for it, judge it over at least 4 minutes of "
+        "samples). SageMaker's GPUMemoryIncrease fires on a rise of 5 points; TraceML calls it memory creep.",
         evidence="`bottleneck_train_cuda_memory_allocated_bytes` and `bottleneck_train_cuda_memory_total_bytes` per "
         "rank, `job_rank:bottleneck_train_cuda_memory_exhausted_in_seconds:deriv${rate_window}`, "
         "`bottleneck_train_cuda_memory_reserved_bytes`, `bottleneck_train_cuda_allocator_retries_total`; the "
         "node's `bottleneck_gpu_memory_used_bytes` for other processes on the GPU.",
         # No threshold line on the dashboards: the limit is a share of each rank's device, not one number.
-        scope=RANK, unit="Bps", group="training",
+        scope=RANK, unit="Bps", group="training", sampled_over="4m",
     ),
     Heuristic(
         name="CudaAllocatorRetrying",
