@@ -21,7 +21,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -57,7 +57,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -84,7 +84,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -104,7 +104,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -128,7 +128,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -151,7 +151,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -174,7 +174,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -194,7 +194,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -214,7 +214,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -242,7 +242,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -262,7 +262,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -282,7 +282,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -325,7 +325,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -345,7 +345,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -365,7 +365,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -390,7 +390,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -419,7 +419,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -439,7 +439,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -472,7 +472,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -508,7 +508,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -535,7 +535,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -555,7 +555,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -579,7 +579,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -602,7 +602,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -625,7 +625,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -645,7 +645,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -665,7 +665,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -693,7 +693,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -713,7 +713,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -733,7 +733,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -776,7 +776,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -796,7 +796,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -816,7 +816,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -841,7 +841,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -870,7 +870,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -890,7 +890,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -923,7 +923,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -959,7 +959,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -986,7 +986,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1006,7 +1006,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1030,7 +1030,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1053,7 +1053,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1076,7 +1076,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1096,7 +1096,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1116,7 +1116,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1144,7 +1144,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1164,7 +1164,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1184,7 +1184,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1227,7 +1227,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1247,7 +1247,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1267,7 +1267,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1292,7 +1292,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1321,7 +1321,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -1341,7 +1341,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1374,7 +1374,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1410,7 +1410,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1437,7 +1437,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1457,7 +1457,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1481,7 +1481,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1504,7 +1504,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1527,7 +1527,7 @@ function(p) {
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1547,7 +1547,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1567,7 +1567,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1595,7 +1595,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1615,7 +1615,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1635,7 +1635,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1678,7 +1678,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1698,7 +1698,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1718,7 +1718,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1743,7 +1743,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1772,7 +1772,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -1792,7 +1792,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1840,7 +1840,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1869,7 +1869,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1915,7 +1915,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1944,7 +1944,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1990,7 +1990,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2019,7 +2019,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2065,7 +2065,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2094,7 +2094,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {

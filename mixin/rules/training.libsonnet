@@ -7,9 +7,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_workload:info",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
-        "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
       ]),
     },
     {
@@ -310,9 +310,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_workload:info",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
-        "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
       ]),
     },
     {
@@ -613,9 +613,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_workload:info",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
-        "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
       ]),
     },
     {
@@ -908,9 +908,9 @@ function(p) {
     {
       record: "job_rank:bottleneck_train_workload:info",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info" + p.bottleneckExporterSelector_braces + ")",
         "or on (" + p.cluster_label + ", instance, training_job, rank)",
-        "count by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
+        "group by (" + p.cluster_label + ", instance, training_job, rank, namespace) (bottleneck_train_steps_total" + p.bottleneckExporterSelector_braces + ")",
       ]),
     },
     {

@@ -41,11 +41,11 @@ RECORDS: tuple[Record, ...] = (
     # The namespace and pod of each rank, which every verdict about a rank carries (model.WORKLOAD_JOIN): the
     # pod the hook reports from inside it where there is one, else the rank's own target labels (beside
     # kube-prometheus-stack the exporter's namespace, elsewhere none) from the one series every rank that
-    # steps has, so that the join drops no rank.
+    # steps has, so that the join drops no rank. Always 1 (group): the join multiplies by it.
     Record("workload", "job_rank:bottleneck_train_workload:info",
-           "max by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
+           "group by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
            "or on (instance, training_job, rank)\n"
-           "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
+           "group by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
     # The rates most records divide by, each taken once (the phase counters are the largest family the
     # training records read: docs/rules.md, "What the rules cost on a fleet"): every phase's seconds per second,
     # which the records below read a phase of (<<phase_rate>>{phase="..."}) instead of rating it again; the
