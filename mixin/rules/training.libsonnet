@@ -292,12 +292,11 @@ function(p) {
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
-        "or on (" + p.cluster_label + ", instance, cause)",
-        "(",
-        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
-        "  unless on (" + p.cluster_label + ", instance)",
+        "topk by (" + p.cluster_label + ", instance) (",
+        "  1,",
         "  max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        "  or on (" + p.cluster_label + ", instance, cause)",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -595,12 +594,11 @@ function(p) {
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
-        "or on (" + p.cluster_label + ", instance, cause)",
-        "(",
-        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
-        "  unless on (" + p.cluster_label + ", instance)",
+        "topk by (" + p.cluster_label + ", instance) (",
+        "  1,",
         "  max by (" + p.cluster_label + ", instance) (bottleneck_gpu_tensor_activity_ratio" + p.bottleneckExporterSelector_braces + ")",
+        "  or on (" + p.cluster_label + ", instance, cause)",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },

@@ -51,12 +51,14 @@ RECORDS: tuple[Record, ...] = (
            "(\n  sum without (held) (<<gpu_idle_long>>)\n"
            "  and on (instance, uuid) bottleneck_gpu_kubernetes_info\n)\nor on (instance, uuid)\n"
            'sum without (held) (<<gpu_idle_long>>{held="process"})', "gpu"),
-    # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
+    # What a node shows that would slow a rank on it, the first that holds in this order (label cause; the
+    # value is its rank, the first the highest, which catalogue.first_holding picks by).
     # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
     # A bundle without a source keeps the other causes (dcgm-exporter's default counters: no XID counter,
     # no clock-event reasons, no PCIe link state).
     Record("node_cause", "instance:bottleneck_node_slowdown_cause:info", "", "gpu", parts=tuple(
-        f'label_replace(\n  {condition},\n  "cause", "{cause}", "instance", ".*"\n)' for condition, cause in (
+        f'label_replace(\n  0 * ({condition}) + {7 - rank},\n  "cause", "{cause}", "instance", ".*"\n)'
+        for rank, (condition, cause) in enumerate((
             ("max by (instance) (increase(bottleneck_gpu_xid_errors_total[${xid_window}])) > 0",
              "XID errors on a GPU of its node"),
             ("max by (instance) (<<throttle>>) > ${throttle_active_ratio}",
@@ -71,7 +73,7 @@ RECORDS: tuple[Record, ...] = (
              "its node stalls on memory (PSI memory)"),
             ("count by (instance) (bottleneck_train_info)",
              "none of its node's signals stands out: work only this rank does"),
-        ))),
+        )))),
 )
 
 
