@@ -62,6 +62,14 @@ def test_a_job_s_median_crosses_nodes_and_a_per_node_join_does_not() -> None:
     assert {r.reach for r in CATALOGUE.records} == set(REACHES)
 
 
+def test_topk_keeps_every_label_yet_crosses_nodes_where_its_groups_span_them() -> None:
+    assert not crosses(parse("topk by (instance, rank) (1, x)"), NODE_LABEL)
+    assert not crosses(parse("bottomk without (phase) (1, x)"), NODE_LABEL)
+    assert crosses(parse("topk by (training_job) (1, x)"), NODE_LABEL)
+    assert crosses(parse("bottomk without (instance) (1, x)"), NODE_LABEL)
+    assert crosses(parse("topk(1, x)"), NODE_LABEL)
+
+
 def _per_node(series: list[Series]) -> list[SeriesStore]:
     nodes = sorted({dict(s.labels).get(NODE_LABEL, "") for s in series})
     return [store_of([s for s in series if dict(s.labels).get(NODE_LABEL, "") == node]) for node in nodes]

@@ -77,20 +77,23 @@ READING_ORDER = (
 
 
 def first_holding(parts: list[str], label: str = "cause") -> str:
-    """A record's parts (Record.parts, each naming itself in ``label``) joined so that each instance keeps the
-    first part that holds for it: ``p1 or on (instance, label) ((p2 or ...) unless on (instance) p1)``.
+    """A record's parts (Record.parts) joined so that each instance keeps one of them, each part evaluated once:
+    ``topk by (instance) (1, p1 or on (instance, label) p2 or on (instance, label) ...)``. Parts that name
+    themselves in ``label`` carry their rank as their value, the first the highest (the node's slowdown cause),
+    so that topk keeps the first that holds; parts that share their labels meet in ``or``, which keeps the
+    first present.
 
     Not ``p1 or on (instance) p2``, though Prometheus answers the same: MetricsQL (vmalert) keeps a series that
     a comparison filtered out as NaN until the query's end, and its ``or`` fills a left-hand NaN with the
     matching right-hand value, so that ``p1`` would name the cause wherever a later part held
-    (docs/rules.md, tests/test_e2e_victoriametrics.py). Matching on the label too, no part ever fills another;
-    ``unless`` gives the order."""
-    joined = parts[-1]
-    for part in reversed(parts[:-1]):
-        rest = joined.replace("\n", "\n  ")
-        own = part.replace("\n", "\n  ")
-        joined = f"{part}\nor on (instance, {label})\n(\n  {rest}\n  unless on (instance)\n  {own}\n)"
-    return joined
+    (docs/rules.md, tests/test_e2e_victoriametrics.py). Matching on the label too, no part ever fills another,
+    and topk passes a NaN over. Nor ``p1 or on (instance, label) ((p2 ...) unless on (instance) p1)``, which
+    both engines answer alike too but which evaluates every part but the last twice (docs/rules.md, "What the
+    rules cost on a fleet")."""
+    if len(parts) == 1:
+        return parts[0]
+    joined = f"\nor on (instance, {label})\n".join(parts).replace("\n", "\n  ")
+    return f"topk by (instance) (\n  1,\n  {joined}\n)"
 
 
 def _in_reading_order(heuristics: list[Heuristic]) -> tuple[Heuristic, ...]:

@@ -52,7 +52,9 @@ RANK = ("instance", "training_job", "rank")
 # a series for every rank: the target's namespace and no pod where the rank reports no pod), so that
 # namespace-scoped routing, silences and kube-prometheus-stack's InfoInhibitor (equal: [namespace]) act on the
 # training workload rather than on the exporter's namespace (docs/deploy.md, "Alertmanager in kube-prometheus-stack").
-WORKLOAD_JOIN = "+ on (instance, training_job, rank) group_left (namespace, pod) (0 * <<workload>>)"
+# The record is 1 for every rank, so that the join multiplies by it: adding 0 * it cost every alert an
+# arithmetic over every rank's series (docs/rules.md, "What the rules cost on a fleet").
+WORKLOAD_JOIN = "* on (instance, training_job, rank) group_left (namespace, pod) <<workload>>"
 NODE = ("instance",)
 GPU = ("instance", "gpu", "uuid")
 

@@ -6,7 +6,7 @@ The scenario table checks it against ``promtool test rules`` on every heuristic.
 
 Supported: selectors with ``= != =~ !~`` matchers and ``[range]``; ``rate``, ``increase``,
 ``avg_over_time``, ``max_over_time``, ``min_over_time``, ``deriv``, ``time``, ``absent``, ``vector``, ``label_replace``;
-``sum avg min max count quantile``
+``sum avg min max count group quantile topk bottomk``
 with ``by``/``without``; arithmetic, comparisons (with ``bool``), ``and or unless``, ``on``/``ignoring``
 and ``group_left``. Anything else is a :class:`PromQLError` naming the construct. A range may be a
 dashboard's variable (``[$__rate_interval]``): such an expression parses, for Grafana to fill in, and evaluating
@@ -38,7 +38,11 @@ from typing import TypeVar
 
 LOOKBACK_SECONDS = 300.0
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
-AGGREGATIONS = ("sum", "avg", "min", "max", "count", "quantile")
+AGGREGATIONS = ("sum", "avg", "min", "max", "count", "group", "quantile", "topk", "bottomk")
+# The aggregations that take a parameter before their vector, and those that select samples of a group (their
+# labels kept whole) rather than compute one sample per group.
+PARAMETRIC = ("quantile", "topk", "bottomk")
+SELECTING = ("topk", "bottomk")
 RANGE_FUNCTIONS = ("rate", "increase", "avg_over_time", "max_over_time", "min_over_time", "deriv")
 COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
 
@@ -392,7 +396,7 @@ class Parser:
             grouping = self.label_list()
         self.take("(")
         param: Node | None = None
-        if op == "quantile":
+        if op in PARAMETRIC:
             param = self.binary(0)
             self.take(",")
         expr = self.binary(0)
@@ -823,7 +827,8 @@ class Evaluator:
         if isinstance(inner, float):
             raise PromQLError(f"{node.op}() needs a vector, got a scalar")
         param = self.eval(node.param) if node.param is not None else None
-        groups: dict[tuple, tuple[dict[str, str], list[float]]] = {}
+        groups: dict[tuple, tuple[dict[str, str], list]] = {}
+        selecting = node.op in SELECTING
         for sample in inner:
             if node.without:
                 key_labels = {k: v for k, v in sample.labels.items()
@@ -831,7 +836,9 @@ class Evaluator:
             else:
                 key_labels = {k: sample.labels[k] for k in node.grouping if sample.labels.get(k, "") != ""}
             key = tuple(sorted(key_labels.items()))
-            groups.setdefault(key, (key_labels, []))[1].append(sample.value)
+            groups.setdefault(key, (key_labels, []))[1].append(sample if selecting else sample.value)
+        if node.op in SELECTING:
+            return self.select_ranked(node, param, [members for _, members in groups.values()])
         out: Vector = []
         for key_labels, values in groups.values():
             if node.op == "sum":
@@ -840,6 +847,8 @@ class Evaluator:
                 value = math.fsum(values) / len(values)
             elif node.op == "count":
                 value = float(len(values))
+            elif node.op == "group":
+                value = 1.0
             elif node.op == "max":
                 value = max((v for v in values if not math.isnan(v)), default=math.nan)
             elif node.op == "min":
@@ -849,6 +858,25 @@ class Evaluator:
                     raise PromQLError("quantile() needs a scalar first argument")
                 value = _quantile(param, values)
             out.append(Sample(key_labels, value))
+        return out
+
+    @staticmethod
+    def select_ranked(node: Aggregate, param: Value | None, groups: list[list[Sample]]) -> Vector:
+        """topk and bottomk: the ``param`` largest (smallest) samples of each group, their labels whole (the
+        name too). As in Prometheus: k truncated to an integer, none below 1, an error where it is no integer
+        at all (NaN, infinite); a NaN ranks after every number either way, so it is chosen only where the group
+        has fewer than k others."""
+        if not isinstance(param, float) or not math.isfinite(param):
+            raise PromQLError(f"{node.op}() needs a finite scalar first argument")
+        k = int(param)
+        if k < 1:
+            return []
+        sign = -1.0 if node.op == "topk" else 1.0
+        out: Vector = []
+        for members in groups:
+            ranked = sorted(members, key=lambda s: (math.isnan(s.value), 0.0 if math.isnan(s.value)
+                                                    else sign * s.value))
+            out += [Sample(dict(s.labels), s.value) for s in ranked[:k]]
         return out
 
     def binary(self, node: Binary) -> Value:
@@ -984,6 +1012,8 @@ def output_labels(node: Node, selected: Callable[[Selector], frozenset[str]]) ->
         return inner
     if isinstance(node, Aggregate):
         inner = output_labels(node.expr, selected)
+        if node.op in SELECTING:
+            return inner
         return inner - set(node.grouping) if node.without else inner & set(node.grouping)
     lhs, rhs = output_labels(node.lhs, selected), output_labels(node.rhs, selected)
     if node.op == "or":
@@ -1015,9 +1045,16 @@ def carries(node: Node, label: str) -> bool:
 def crosses(node: Node, label: str) -> bool:
     """Whether evaluating ``node`` may combine series whose ``label`` differs (an aggregation that drops it, a
     join that does not match on it), so that it needs every value of ``label`` in one evaluator; ``absent()``
-    looks at every series. A join with a side that does not carry ``label`` (a constant table) crosses nothing."""
-    if isinstance(node, Aggregate) and not carries(node, label) and carries(node.expr, label):
-        return True
+    looks at every series. A join with a side that does not carry ``label`` (a constant table) crosses nothing.
+    topk and bottomk keep every label, yet rank the samples of a group against each other: they cross where
+    their grouping does not keep ``label``."""
+    if isinstance(node, Aggregate) and carries(node.expr, label):
+        if node.op in SELECTING:
+            kept = (label not in node.grouping) if node.without else (label in node.grouping)
+        else:
+            kept = carries(node, label)
+        if not kept:
+            return True
     if isinstance(node, Call) and node.func == "absent":
         return True
     if isinstance(node, Binary) and not (_is_scalar(node.lhs) or _is_scalar(node.rhs)) \

@@ -21,7 +21,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -57,7 +57,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -84,7 +84,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -104,7 +104,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -128,7 +128,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -146,13 +146,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds + ")",
         "  > " + p.stall_factor,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -170,13 +169,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds_critical + ")",
         "  > " + p.stall_factor_critical,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds_critical,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -196,7 +194,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -216,7 +214,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -244,7 +242,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -264,7 +262,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -284,7 +282,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -327,7 +325,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -347,7 +345,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -367,7 +365,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -392,7 +390,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -421,7 +419,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -441,7 +439,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -474,7 +472,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -510,7 +508,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -537,7 +535,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -557,7 +555,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -581,7 +579,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -599,13 +597,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds + ")",
         "  > " + p.stall_factor,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -623,13 +620,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds_critical + ")",
         "  > " + p.stall_factor_critical,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds_critical,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -649,7 +645,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -669,7 +665,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -697,7 +693,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -717,7 +713,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -737,7 +733,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -780,7 +776,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -800,7 +796,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -820,7 +816,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -845,7 +841,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -874,7 +870,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -894,7 +890,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -927,7 +923,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -963,7 +959,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -990,7 +986,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1010,7 +1006,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1034,7 +1030,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1052,13 +1048,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds + ")",
         "  > " + p.stall_factor,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1076,13 +1071,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds_critical + ")",
         "  > " + p.stall_factor_critical,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds_critical,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1102,7 +1096,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1122,7 +1116,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1150,7 +1144,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1170,7 +1164,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1190,7 +1184,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1233,7 +1227,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1253,7 +1247,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1273,7 +1267,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1298,7 +1292,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1327,7 +1321,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -1347,7 +1341,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1380,7 +1374,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1416,7 +1410,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_free_cores:rate" + p.rate_window + " >= " + p.cpu_throttled_idle_cores,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1443,7 +1437,7 @@ function(p) {
         "    unless on (" + p.cluster_label + ", instance) max by (" + p.cluster_label + ", instance) (instance_process:bottleneck_training_loader_busiest_thread:ratio_avg" + p.rate_window + ") >= " + p.loader_busy_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1463,7 +1457,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_pageable_batches:ratio_rate" + p.rate_window + " > " + p.pageable_batches_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1487,7 +1481,7 @@ function(p) {
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_busy:ratio_rate" + p.rate_window + " > " + p.cpu_busy_ratio,
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1505,13 +1499,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds + ")",
         "  > " + p.stall_factor,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1529,13 +1522,12 @@ function(p) {
       alert: "BottleneckTrainingStalled",
       expr: std.join('\n', [
         "(",
-        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ")",
+        "  (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + " > " + p.stall_min_seconds_critical + ")",
         "  > " + p.stall_factor_critical,
         "    * (bottleneck_train_step_duration_seconds_sum" + p.bottleneckExporterSelector_braces + " / bottleneck_train_step_duration_seconds_count" + p.bottleneckExporterSelector_braces + ")",
-        "  and (time() - bottleneck_train_last_step_timestamp_seconds" + p.bottleneckExporterSelector_braces + ") > " + p.stall_min_seconds_critical,
         "  and on (" + p.cluster_label + ", instance, training_job) count by (" + p.cluster_label + ", instance, training_job) (bottleneck_training_process_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "2m",
       labels: {
@@ -1555,7 +1547,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_gc:ratio_rate" + p.rate_window + " > " + p.gc_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1575,7 +1567,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_checkpoint:ratio_rate" + p.rate_window + " > " + p.checkpoint_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1603,7 +1595,7 @@ function(p) {
         "  )",
         "  unless on (" + p.cluster_label + ", instance) instance:bottleneck_cpu_pressure_some:ratio_rate" + p.rate_window + " > " + p.cpu_pressure_ratio,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1623,7 +1615,7 @@ function(p) {
         "(",
         "  bottleneck_train_startup_seconds" + p.bottleneckExporterSelector_braces + " > " + p.startup_max_seconds,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "5m",
       labels: {
@@ -1643,7 +1635,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_recompiles:per_minute_rate" + p.rate_window + " > " + p.recompiles_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1686,7 +1678,7 @@ function(p) {
         "  job_rank:bottleneck_train_cuda_memory_allocated_bytes:deriv" + p.rate_window,
         "  > " + p.gpu_memory_growth_ratio_per_hour + " * bottleneck_train_cuda_memory_total_bytes" + p.bottleneckExporterSelector_braces + " / 3600",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1706,7 +1698,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_cuda_allocator_retries:rate" + p.rate_window + " * 60 > " + p.cuda_alloc_retries_per_minute,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1726,7 +1718,7 @@ function(p) {
         "(",
         "  bottleneck_train_data_parallel_devices" + p.bottleneckExporterSelector_braces + " > 1",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1751,7 +1743,7 @@ function(p) {
         "  )",
         "  and on (" + p.cluster_label + ", instance, training_job, rank) bottleneck_train_info{" + p.bottleneckExporterSelector_first + "device=~\"cuda.*\", world_size!=\"1\"}",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1780,7 +1772,7 @@ function(p) {
         "    and on (" + p.cluster_label + ", instance) instance:bottleneck_gpu_tensor_activity:max > " + p.tensor_activity_ratio,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "30m",
       labels: {
@@ -1800,7 +1792,7 @@ function(p) {
         "(",
         "  job_rank:bottleneck_train_dataloader_worker_starts:per_hour_rate" + p.rate_window + " > " + p.loader_worker_starts_per_hour,
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "15m",
       labels: {
@@ -1848,7 +1840,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1877,7 +1869,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1923,7 +1915,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1952,7 +1944,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -1998,7 +1990,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2027,7 +2019,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2073,7 +2065,7 @@ function(p) {
         "  + on (" + p.cluster_label + ", instance, training_job, rank) group_left (phase) (0 * job_rank:bottleneck_train_slow_phase:excess_seconds_rate" + p.rate_window + ")",
         "  + on (" + p.cluster_label + ", instance) group_left (cause) (0 * instance:bottleneck_node_slowdown_cause:info)",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {
@@ -2102,7 +2094,7 @@ function(p) {
         "    job_rank:bottleneck_train_own_work_seconds:ratio_to_job_median" + p.rate_window + " > " + p.straggler_factor,
         "  )",
         ")",
-        "+ on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) (0 * job_rank:bottleneck_train_workload:info)",
+        "* on (" + p.cluster_label + ", instance, training_job, rank) group_left (namespace, pod) job_rank:bottleneck_train_workload:info",
       ]),
       "for": "10m",
       labels: {

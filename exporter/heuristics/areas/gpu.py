@@ -18,6 +18,26 @@ from bottleneck_exporter.heuristics.model import GPU, Area, Heuristic, Record, S
 from bottleneck_exporter.heuristics.parameters import W
 from bottleneck_exporter.heuristics.sources import DCGM, dcgm_as_ours
 
+# What a node shows that would slow a rank on it (condition, cause), in the order in which the record node_cause
+# below names the first that holds.
+SLOWDOWN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("max by (instance) (increase(bottleneck_gpu_xid_errors_total[${xid_window}])) > 0",
+     "XID errors on a GPU of its node"),
+    ("max by (instance) (<<throttle>>) > ${throttle_active_ratio}",
+     "a GPU of its node is throttled (thermal, HW slowdown or power brake)"),
+    ("max by (instance) (<<pcie>> < 1 and on (instance, gpu) <<gpu_util>> > ${pcie_busy_util})",
+     "a GPU of its node runs on a degraded PCIe link"),
+    ("max by (instance) (<<loader_busiest>> or <<loader_cpu_of_available>>) >= ${loader_busy_ratio}",
+     "its node's DataLoader workers use all the CPU they can get"),
+    ("max by (instance) (<<cpu_pressure>>) > ${cpu_pressure_ratio}",
+     "tasks on its node queue for the CPUs (PSI cpu)"),
+    ("max by (instance) (<<memory_pressure>>) > ${memory_pressure_ratio}",
+     "its node stalls on memory (PSI memory)"),
+    ("count by (instance) (bottleneck_train_info)",
+     "none of its node's signals stands out: work only this rank does"),
+)
+
+
 RECORDS: tuple[Record, ...] = (
     Record("gpu_util", f"instance_gpu:bottleneck_gpu_utilization:avg{W}",
            f"avg_over_time(bottleneck_gpu_utilization_ratio[{W}])", "gpu",
@@ -51,27 +71,14 @@ RECORDS: tuple[Record, ...] = (
            "(\n  sum without (held) (<<gpu_idle_long>>)\n"
            "  and on (instance, uuid) bottleneck_gpu_kubernetes_info\n)\nor on (instance, uuid)\n"
            'sum without (held) (<<gpu_idle_long>>{held="process"})', "gpu"),
-    # What a node shows that would slow a rank on it, the first that holds in this order (label cause).
+    # What a node shows that would slow a rank on it, the first that holds in this order (label cause; the
+    # value is its rank, the first the highest, which catalogue.first_holding picks by).
     # Kept in the last recording group: it reads the node and GPU records of the same evaluation.
     # A bundle without a source keeps the other causes (dcgm-exporter's default counters: no XID counter,
     # no clock-event reasons, no PCIe link state).
     Record("node_cause", "instance:bottleneck_node_slowdown_cause:info", "", "gpu", parts=tuple(
-        f'label_replace(\n  {condition},\n  "cause", "{cause}", "instance", ".*"\n)' for condition, cause in (
-            ("max by (instance) (increase(bottleneck_gpu_xid_errors_total[${xid_window}])) > 0",
-             "XID errors on a GPU of its node"),
-            ("max by (instance) (<<throttle>>) > ${throttle_active_ratio}",
-             "a GPU of its node is throttled (thermal, HW slowdown or power brake)"),
-            ("max by (instance) (<<pcie>> < 1 and on (instance, gpu) <<gpu_util>> > ${pcie_busy_util})",
-             "a GPU of its node runs on a degraded PCIe link"),
-            ("max by (instance) (<<loader_busiest>> or <<loader_cpu_of_available>>) >= ${loader_busy_ratio}",
-             "its node's DataLoader workers use all the CPU they can get"),
-            ("max by (instance) (<<cpu_pressure>>) > ${cpu_pressure_ratio}",
-             "tasks on its node queue for the CPUs (PSI cpu)"),
-            ("max by (instance) (<<memory_pressure>>) > ${memory_pressure_ratio}",
-             "its node stalls on memory (PSI memory)"),
-            ("count by (instance) (bottleneck_train_info)",
-             "none of its node's signals stands out: work only this rank does"),
-        ))),
+        f'label_replace(\n  0 * ({condition}) + {len(SLOWDOWN_CAUSES) - rank},\n'
+        f'  "cause", "{cause}", "instance", ".*"\n)' for rank, (condition, cause) in enumerate(SLOWDOWN_CAUSES))),
 )
 
 

@@ -41,11 +41,11 @@ RECORDS: tuple[Record, ...] = (
     # The namespace and pod of each rank, which every verdict about a rank carries (model.WORKLOAD_JOIN): the
     # pod the hook reports from inside it where there is one, else the rank's own target labels (beside
     # kube-prometheus-stack the exporter's namespace, elsewhere none) from the one series every rank that
-    # steps has, so that the join drops no rank.
+    # steps has, so that the join drops no rank. Always 1 (group): the join multiplies by it.
     Record("workload", "job_rank:bottleneck_train_workload:info",
-           "max by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
+           "group by (instance, training_job, rank, namespace, pod) (bottleneck_train_kubernetes_info)\n"
            "or on (instance, training_job, rank)\n"
-           "count by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
+           "group by (instance, training_job, rank, namespace) (bottleneck_train_steps_total)", "training"),
     # The rates most records divide by, each taken once (the phase counters are the largest family the
     # training records read: docs/rules.md, "What the rules cost on a fleet"): every phase's seconds per second,
     # which the records below read a phase of (<<phase_rate>>{phase="..."}) instead of rating it again; the
@@ -98,30 +98,30 @@ RECORDS: tuple[Record, ...] = (
     # Seconds per step in each place a rank's time can go: the named phases (backward without the
     # collective wait where the rank reports it) and between_phases (its own code outside them).
     Record("phase_per_step", f"job_rank_phase:bottleneck_train_phase_seconds:per_step_rate{W}",
-           '<<phase_rate>>{phase=~"data_wait|forward|optimizer"}\n'
-           "/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
-           '  (\n    <<phase_rate>>{phase="backward"}\n'
-           '    - ignoring (phase)\n    <<collective_time>>\n  )\n'
-           '  / <<steps_rate>>,\n  "phase", "backward", "phase", ".*"\n)\nor\n'
-           '<<phase_rate>>{phase="backward"}\n'
-           "/ ignoring (phase) group_left ()\n<<steps_rate>>\nor\nlabel_replace(\n"
-           '  (\n    <<stepping>>\n'
-           '    - sum without (phase) (<<phase_rate>>{phase=~"data_wait|forward|backward|optimizer"})\n  )\n'
-           '  / <<steps_rate>>,\n  "phase", "between_phases", "phase", ".*"\n)', "training"),
+           # Divided by the steps once, all places together: the places are joined first (one or another over
+           # the rank's phases), then matched with their rank's steps.
+           '(\n  <<phase_rate>>{phase=~"data_wait|forward|optimizer"}\n'
+           '  or\n  <<phase_rate>>{phase="backward"}\n  - ignoring (phase) group_left ()\n  <<collective_time>>\n'
+           '  or\n  <<phase_rate>>{phase="backward"}\n'
+           "  or\n  label_replace(\n    <<stepping>>\n"
+           '    - sum without (phase) (<<phase_rate>>{phase=~"data_wait|forward|backward|optimizer"}),\n'
+           '    "phase", "between_phases", "phase", ".*"\n  )\n)\n'
+           "/ ignoring (phase) group_left ()\n<<steps_rate>>", "training"),
     # Each place's seconds per step above the job's median for it, plus a nanosecond-scale priority per
-    # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest.
+    # place, so that equal excesses (all zero on a rank like its peers) still have exactly one largest. The
+    # priority is taken off the median, once per job and place, rather than added to every rank's place.
     Record("phase_excess", f"job_rank_phase:bottleneck_train_phase_seconds:excess_over_job_median_rate{W}",
-           "<<phase_per_step>>\n- on (training_job, phase) group_left ()\n"
-           "quantile by (training_job, phase) (0.5, <<phase_per_step>>)"
-           "\n+ on (phase) group_left ()\n(\n" + "\n  or ".join(
-               f'  label_replace(vector({priority}e-09), "phase", "{place}", "phase", ".*")'.lstrip(" ") if i else
-               f'  label_replace(vector({priority}e-09), "phase", "{place}", "phase", ".*")'
-               for i, (priority, place) in enumerate(((5, "between_phases"), (4, "data_wait"), (3, "forward"),
-                                                      (2, "backward"), (1, "optimizer")))) + "\n)", "training"),
-    # Where each rank's time goes beyond its peers': the place with the largest excess (label phase).
+           "<<phase_per_step>>\n- on (training_job, phase) group_left ()\n(\n"
+           "  quantile by (training_job, phase) (0.5, <<phase_per_step>>)"
+           "\n  - on (phase) group_left ()\n  (\n" + "\n    or\n".join(
+               f'    label_replace(vector({priority}e-09), "phase", "{place}", "phase", ".*")'
+               for priority, place in ((5, "between_phases"), (4, "data_wait"), (3, "forward"),
+                                       (2, "backward"), (1, "optimizer"))) + "\n  )\n)", "training"),
+    # Where each rank's time goes beyond its peers': the place with the largest excess (label phase), picked
+    # by topk rather than by joining every rank's places with their maximum (docs/rules.md, "What the rules
+    # cost on a fleet"). A rank whose every excess is NaN (no step in the window) keeps one, NaN.
     Record("slow_phase", f"job_rank:bottleneck_train_slow_phase:excess_seconds_rate{W}",
-           "<<phase_excess>>\n== on (instance, training_job, rank) group_left ()\n"
-           "max by (instance, training_job, rank) (<<phase_excess>>)", "training"),
+           "topk by (instance, training_job, rank) (1, <<phase_excess>>)", "training"),
     # A rank's share of its CPU limit (the ranks of one container share its limit).
     Record("rank_cpu_limit", "job_rank:bottleneck_training_cpu_limit_share_cores:max",
            _of_rank("bottleneck_training_cpu_limit_share_cores"), "training"),
@@ -847,10 +847,10 @@ HEURISTICS: tuple[Heuristic, ...] = (
     Heuristic(
         name="TrainingStalled",
         verdict="training stalled",
-        expr="(time() - bottleneck_train_last_step_timestamp_seconds)\n"
+        # The last step's age read once: past the floor first, then past the factor of the mean step.
+        expr="(time() - bottleneck_train_last_step_timestamp_seconds > ${stall_min_seconds})\n"
         "> ${stall_factor}\n"
         "  * (bottleneck_train_step_duration_seconds_sum / bottleneck_train_step_duration_seconds_count)\n"
-        "and (time() - bottleneck_train_last_step_timestamp_seconds) > ${stall_min_seconds}\n"
         "and on (instance, training_job) count by (instance, training_job) (bottleneck_training_process_info)",
         for_="2m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} has stopped making progress.",
