@@ -896,12 +896,11 @@ function(p) {
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
-        "or on (" + p.cluster_label + ", instance, cause)",
-        "(",
-        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
-        "  unless on (" + p.cluster_label + ", instance)",
+        "topk by (" + p.cluster_label + ", instance) (",
+        "  1,",
         "  max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        "  or on (" + p.cluster_label + ", instance, cause)",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
@@ -1199,12 +1198,11 @@ function(p) {
     {
       record: "instance:bottleneck_gpu_tensor_activity:max",
       expr: std.join('\n', [
-        "max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
-        "or on (" + p.cluster_label + ", instance, cause)",
-        "(",
-        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
-        "  unless on (" + p.cluster_label + ", instance)",
+        "topk by (" + p.cluster_label + ", instance) (",
+        "  1,",
         "  max by (" + p.cluster_label + ", instance) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" + p.dcgmExporterSelector_braces + ")",
+        "  or on (" + p.cluster_label + ", instance, cause)",
+        "  0 * count by (" + p.cluster_label + ", instance) (bottleneck_train_info" + p.bottleneckExporterSelector_braces + ")",
         ")",
       ]),
     },
