@@ -198,6 +198,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         + gpu(t, instance=INSTANCE_2, thermal=1.0),
         e(straggler(INSTANCE_2, "2", "forward", "a GPU of its node is throttled (thermal, HW slowdown or power "
                     "brake)"), 0.95 / 0.75), needs=("bottleneck_gpu_clock_event_active",)),
+    # Regression: with two causes on its node (its loaders at a full core, tasks queueing for the CPUs), the
+    # node's slowdown cause held both, and the alert's join on it failed (duplicate series) in Prometheus and
+    # in diagnose: on the nodes where a straggler has a cause, it got no verdict.
+    row("StragglerRank", FIRES, "straggler_on_a_node_with_two_causes_is_given_the_first",
+        lambda t: [s for r in range(4) for s in rank(t, rank_=str(r), instance=INSTANCE if r != 1 else INSTANCE_2,
+                                                    step=1.5 if r == 1 else 1.0, data_wait=0.1, forward=0.3,
+                                                    optimizer=0.1)]
+        + node(t, instance=INSTANCE_2, cpu_pressure=0.8) + process(t, instance=INSTANCE_2, local_rank="1", worker=1.0),
+        e(straggler(INSTANCE_2, "1", "backward", "its node's DataLoader workers use all the CPU they can get"), 1.5)),
     row("StragglerRank", NEAR_MISS, "rank_3_own_work_1_1x_median",
         lambda t: ddp_job(t, slow_rank_data_wait=0.25)),
     row("StragglerRank", NEAR_MISS, "gloo_rank_0_logs_0_05s_between_steps",
