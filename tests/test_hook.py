@@ -22,7 +22,7 @@ from bottleneck_exporter.heuristics.parameters import PARAMETERS
 from bottleneck_exporter.hook import instrument
 from bottleneck_exporter.hook.forward import InPlaceOf
 from bottleneck_exporter.hook.session import Session
-from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, GpuTimer
+from bottleneck_exporter.hook.timing import BACKWARD, FORWARD, OPTIMIZER, STEP_END, GpuTimer
 from bottleneck_exporter.hook.transport import Transport
 from bottleneck_exporter.wire.encode import encode
 from bottleneck_exporter.wire.schema import validate
@@ -691,3 +691,19 @@ def test_a_total_that_is_not_finite_is_an_internal_error_not_a_datagram_the_expo
     finally:
         session.close()  # its last datagram fails the same way, counted, never raised
         sock.close()
+
+
+def test_rounded_totals_never_go_back_and_keep_a_microsecond_of_days_of_training():
+    session = Session(address="off")
+    clock = session.clock
+    now = 1e6  # perf_counter() of a machine up for eleven days: its totals as long
+    clock.log += [FORWARD, now]
+    sent_before = 0.0
+    for step in range(1, 200):
+        now += 1e6 / 3 if step == 1 else 1e-6 * step / 7  # one long step, then steps of a few microseconds
+        clock.log += [STEP_END, now, FORWARD, now]
+        sent = validate(session._datagram()).phase_seconds["step"]
+        assert sent >= sent_before
+        assert sent == pytest.approx(clock.step_seconds, abs=1e-6, rel=0)
+        sent_before = sent
+    session.close()

@@ -43,6 +43,27 @@ def test_a_step_far_above_the_median_is_long_and_its_time_above_the_median_is_lo
     assert totals.first_step_end == pytest.approx(100.1)
 
 
+def test_a_healthy_loop_whose_machine_gets_busy_has_no_long_steps():
+    clock = StepClock()
+    now = 100.0
+    # Regular 10 ms steps, an evaluation pass that holds two steps in a row; then another process takes the
+    # cores and most steps last five times as long, every third one as long as before (the scheduler left it
+    # a whole slice): the bound lags behind them for seconds, yet none of them is long but one more evaluation.
+    for step in range(600):
+        clock.log += [FORWARD, now]
+        if step in (100, 101, 220):
+            now += 1.0
+        else:
+            now += (0.05 if step >= 200 and step % 3 else 0.01) * (1 + 0.01 * (step % 5))
+        clock.log += [STEP_END, now]
+        clock.totals()  # a datagram every step: the bound follows the steps as closely as it can
+    totals = clock.totals()
+    assert totals.long_steps == 3
+    # The evaluations' time above the median of the steps around them: 10 ms, then the slowed steps' 50-52 ms.
+    assert totals.long_step_excess_seconds == pytest.approx(2 * (1.0 - 0.0102) + (1.0 - 0.051), abs=0.001)
+    assert totals.median_step_seconds is not None and 0.05 <= totals.median_step_seconds <= 0.052
+
+
 def test_no_step_is_long_before_the_bound_has_steps_to_stand_on():
     clock = StepClock()
     clock.log += [FORWARD, 0.0]

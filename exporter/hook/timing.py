@@ -52,6 +52,18 @@ TUNE_STEPS = 16
 # long-step work) at most every TUNE_SECONDS of steps, and only once a quarter of the ring is new.
 TUNE_SECONDS = 5.0
 LONG_STEP_FACTOR = 3.0
+# Long steps come back alone (an evaluation pass, a save, a shard switch), or a few together, between runs of
+# regular steps: long steps with fewer than LONG_STEP_GAP regular steps between them are one cluster, counted
+# as they are if it holds at most LONG_CLUSTER_MAX of them. A larger cluster is the loop's steps all getting
+# slower for a while (another process takes the cores, in bursts; the GPU clocks down), with a step of regular
+# length here and there among them: the bound, from the last RECENT_STEPS steps and computed again only every
+# TUNE_SECONDS, lags behind them for as long as half its ring still holds the faster steps, and would count
+# most steps of those seconds as long, their time above the old median lost (on a 2-core machine whose load
+# came and went by 10, healthy CPU loops lost 14-26% so, and got BottleneckLongSteps; see
+# tests/test_hook_lost_time.py). In such a cluster only the steps longer than LONG_STEP_FACTOR times the
+# cluster's own median are long, by their time above it: an evaluation pass during the slow seconds.
+LONG_STEP_GAP = 4
+LONG_CLUSTER_MAX = 4
 
 
 class Totals(NamedTuple):
@@ -92,9 +104,10 @@ class StepClock:
     ``samples_at_step_end``, so the reported samples are those of completed steps.
     """
 
-    __slots__ = ("_buckets", "_completed", "_current", "_first_end", "_folding", "_long", "_long_above",
-                 "_long_excess", "_median", "_phase_totals", "_recent", "_since", "_skipped", "_step_seconds",
-                 "_step_start", "_steps", "_tuned", "fetched_samples", "log", "samples_at_step_end")
+    __slots__ = ("_buckets", "_cluster", "_cluster_excess", "_cluster_first", "_completed", "_current", "_first_end",
+                 "_folding", "_long", "_long_above", "_long_excess", "_median", "_phase_totals", "_recent",
+                 "_regular", "_since", "_skipped", "_step_seconds", "_step_start", "_steps", "_tuned",
+                 "fetched_samples", "log", "samples_at_step_end")
 
     def __init__(self) -> None:
         self.log: list[Any] = []
@@ -117,6 +130,12 @@ class StepClock:
         self._median = 0.0
         self._long = 0
         self._long_excess = 0.0
+        # The open cluster of long steps (see LONG_STEP_GAP): its steps, their time above the median, and the
+        # regular steps since its last one; counted once LONG_STEP_GAP regular steps close it, if it is small.
+        self._cluster = 0
+        self._cluster_excess = 0.0
+        self._cluster_first = 0  # the step number of its first step
+        self._regular = 0
         self._first_end: float | None = None
         self._tuned = (0, 0.0)  # steps and the last step's end at the last computation of the bound
 
@@ -152,6 +171,8 @@ class StepClock:
         steps, skipped, step_seconds = self._steps, self._skipped, self._step_seconds
         recent, long_above, median = self._recent, self._long_above, self._median
         long, long_excess = self._long, self._long_excess
+        cluster, cluster_excess, regular = self._cluster, self._cluster_excess, self._regular
+        cluster_first = self._cluster_first
         if since is None:  # the first mark ever starts the first step
             current, since = next(marks), next(marks)
             step_start = since
@@ -167,8 +188,25 @@ class StepClock:
                 duration = now - step_start
                 step_start = now
                 if duration > long_above:
-                    long += 1
-                    long_excess += duration - median
+                    if not cluster:
+                        cluster_first = steps
+                    elif steps - cluster_first >= RECENT_STEPS // 2:
+                        # A cluster this long is a large one: its steps so far are judged while the ring holds them.
+                        found, lost = _outliers(recent, cluster_first, steps - 1)
+                        long += found
+                        long_excess += lost
+                        cluster_first = steps
+                    cluster += 1
+                    cluster_excess += duration - median
+                    regular = 0
+                elif cluster:
+                    regular += 1
+                    if regular >= LONG_STEP_GAP:
+                        if cluster > LONG_CLUSTER_MAX:
+                            cluster, cluster_excess = _outliers(recent, cluster_first, steps - regular)
+                        long += cluster
+                        long_excess += cluster_excess
+                        cluster, cluster_excess = 0, 0.0
                 elif not steps:
                     self._first_end = now
                 recent[steps % RECENT_STEPS] = duration
@@ -183,6 +221,8 @@ class StepClock:
         self._current, self._since, self._step_start = current, since, step_start
         self._steps, self._skipped, self._step_seconds = steps, skipped, step_seconds
         self._long, self._long_excess = long, long_excess
+        self._cluster, self._cluster_excess, self._regular = cluster, cluster_excess, regular
+        self._cluster_first = cluster_first
         self._completed = completed
 
     def _tune(self) -> None:
@@ -240,6 +280,15 @@ class StepClock:
     def forked(self) -> None:
         """In a forked child: the lock may have been held by a thread that does not exist here."""
         self._folding = threading.Lock()
+
+
+def _outliers(recent: list[float], first: int, last: int) -> tuple[int, float]:
+    """The long steps of a large cluster (see LONG_STEP_GAP), steps ``first`` to ``last`` (those of them still
+    in the ring ``recent``): their count and their time above the cluster's median."""
+    durations = [recent[step % RECENT_STEPS] for step in range(max(first, last + 1 - RECENT_STEPS), last + 1)]
+    median = sorted(durations)[len(durations) // 2]
+    above = [duration for duration in durations if duration > LONG_STEP_FACTOR * median]
+    return len(above), sum(above) - len(above) * median
 
 
 class CudaEventLike(Protocol):

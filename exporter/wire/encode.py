@@ -8,7 +8,11 @@ formatted at every datagram; ``datagram`` joins them. Each writes the keys of ``
 
     {"v":1,"job":"resnet","rank":0,...,"pid":4242,"seq":17,...,"phase_seconds":{"data_wait":10.2,...}}
 
-Numbers are formatted with ``str()``, which for a float is its shortest repr, as ``json`` writes it.
+Counts are formatted with ``%d``; the cumulative seconds and samples with ``%.12g`` (SECONDS), not with the
+shortest repr ``json`` writes: finding the shortest digits that read back the same float is the dearest part of
+formatting a number, and twelve significant digits keep a microsecond of a total of up to eleven days. Rounding
+never makes a total smaller than the one sent before it. The Unix time of the last step is written to the
+microsecond (``%.6f``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from bottleneck_exporter.wire.schema import GPU_PHASES, STEP_PHASES, VERSION
 
 # One encoder for every use: json.dumps with options builds a new one per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# How a float total is written (see the module's docstring).
+SECONDS = "%.12g"
+_PHASES = "".join(f'"{name}":{SECONDS},' for name in STEP_PHASES)
+_TOTALS = (f',"seq":%d,"time":%.6f,"dropped":%d,"steps":%d,"samples":{SECONDS},'
+           f'"phase_seconds":{{%s"step":{SECONDS}%s}},"step_buckets":[%s]')
 # (index in STEP_PHASES, name) of each GPU phase: the hook keeps its GPU totals by host phase index.
 _GPU_INDEXED = tuple((STEP_PHASES.index(name), name) for name in GPU_PHASES)
 
@@ -50,17 +59,16 @@ def totals(seq: int, time: float, dropped: int, steps: int, samples: float, phas
     """``,"seq":..`` to ``"step_buckets":[..]``, then ``skipped_steps``, ``collective_dropped_timings`` and
     ``collective_exposed_seconds`` when given. ``phase_seconds`` by STEP_PHASES index (what follows those is
     left out)."""
-    phases = "".join(f'"{name}":{seconds},' for name, seconds in zip(STEP_PHASES, phase_seconds, strict=False))
-    collective = f',"collective":{collective_seconds}' if collective_seconds is not None else ""
-    text = (f',"seq":{seq},"time":{time},"dropped":{dropped},"steps":{steps},"samples":{samples},'
-            f'"phase_seconds":{{{phases}"step":{step_seconds}{collective}}},'
-            f'"step_buckets":[{",".join(map(str, step_buckets))}]')
+    phases = _PHASES % tuple(phase_seconds[:len(STEP_PHASES)])
+    collective = f',"collective":{SECONDS}' % collective_seconds if collective_seconds is not None else ""
+    text = _TOTALS % (seq, time, dropped, steps, samples, phases, step_seconds, collective,
+                      ",".join(map(str, step_buckets)))
     if skipped_steps is not None:
         text += f',"skipped_steps":{skipped_steps}'
     if collective_dropped_timings is not None:
         text += f',"collective_dropped_timings":{collective_dropped_timings}'
     if collective_exposed_seconds is not None:
-        text += f',"collective_exposed_seconds":{collective_exposed_seconds}'
+        text += f',"collective_exposed_seconds":{SECONDS}' % collective_exposed_seconds
     return text
 
 
@@ -69,11 +77,11 @@ def trainer(startup_seconds: float | None, long_steps: int, long_step_excess_sec
             gc_seconds: Sequence[float], gc_collections: Sequence[int]) -> str:
     """``,"startup_seconds":..`` (once known), ``"long_steps"``, ``"checkpoint"`` and ``"gc"``: what the
     training thread loses besides its phases."""
-    startup = f',"startup_seconds":{startup_seconds}' if startup_seconds is not None else ""
-    median = f',"median_seconds":{median_step_seconds}' if median_step_seconds is not None else ""
-    return (f'{startup},"long_steps":{{"count":{long_steps},"excess_seconds":{long_step_excess_seconds}{median}}},'
-            f'"checkpoint":{{"seconds":{checkpoint_seconds},"saves":{checkpoint_saves}}},'
-            f'"gc":{{"seconds":[{",".join(map(str, gc_seconds))}],'
+    startup = f',"startup_seconds":{SECONDS}' % startup_seconds if startup_seconds is not None else ""
+    median = f',"median_seconds":{SECONDS}' % median_step_seconds if median_step_seconds is not None else ""
+    return (f'{startup},"long_steps":{{"count":{long_steps},"excess_seconds":{SECONDS % long_step_excess_seconds}'
+            f'{median}}},"checkpoint":{{"seconds":{SECONDS % checkpoint_seconds},"saves":{checkpoint_saves}}},'
+            f'"gc":{{"seconds":[{",".join([SECONDS] * len(gc_seconds)) % tuple(gc_seconds)}],'
             f'"collections":[{",".join(map(str, gc_collections))}]}}')
 
 
