@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from bottleneck_exporter.status import model
-from bottleneck_exporter.status.page import render
+from bottleneck_exporter.status.page import REFRESH_SECONDS, render
 from bottleneck_exporter.status.recorder import MAX_SNAPSHOTS, Recorder, Snapshot
 from bottleneck_exporter.status.renders import FRESH_SECONDS, Renders
 from bottleneck_exporter.status.verdicts import Verdicts
@@ -88,7 +88,10 @@ def test_a_person_sees_the_input_bound_job_its_rank_phase_bar_and_verdict(start_
         assert {c["name"] for c in status["collectors"]} >= {"cpu", "gpu", "push", "training"}
 
         shot = tmp_path / "status.png"
-        dumped = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", f"{exporter.url}/")
+        # Well inside the page's meta refresh: at its end chromium would dump the DOM of the reload in flight,
+        # empty (a race this test lost 2 times in 3 on a loaded machine with the budget at the refresh).
+        dumped = _chromium(tmp_path, f"--virtual-time-budget={REFRESH_SECONDS * 1000 // 5}", "--dump-dom",
+                           f"{exporter.url}/")
         shown = _chromium(tmp_path, "--window-size=1280,1480", f"--screenshot={shot}", f"{exporter.url}/")
     finally:
         stop.touch()
