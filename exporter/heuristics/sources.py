@@ -237,7 +237,7 @@ class Bundle:
 def _keeps_peer_labels(node: Node) -> bool:
     """Whether ``node``'s result can carry dcgm-exporter's own labels: not after an aggregation by ours alone."""
     return not (isinstance(node, Aggregate) and not node.without
-                and not set(node.grouping) & {"UUID", *DCGM_ONLY_LABELS})
+                and not set(node.grouping) & set(DCGM_ONLY_LABELS))
 
 
 DEFAULT_BUNDLE = "bottleneck"

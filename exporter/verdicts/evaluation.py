@@ -197,7 +197,8 @@ def judged_over(catalogue: Catalogue, span: float, store: SeriesStore) -> tuple[
     whose series ``store`` has (the others could not hold anyway), with the span each needs."""
     short = {rule.alert: (rule, seconds) for rule in catalogue.alerts
              if rule.heuristic.sampled_over and span < (seconds := parse_duration(rule.heuristic.sampled_over))}
-    present = {labels["__name__"] for labels, _, _ in store.series()}
+    # Only where a trend is left out: reading every series' name is not free at every evaluation (status page).
+    present = {labels["__name__"] for labels, _, _ in store.series()} if short else set()
     said = sorted((alert, seconds) for alert, (rule, seconds) in short.items()
                   if set(catalogue.reads.get(rule.heuristic.name, ())) <= present)
     kept = tuple(rule for rule in catalogue.alerts if rule.alert not in short)
