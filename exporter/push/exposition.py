@@ -124,7 +124,8 @@ class _RankFamilies:
                               "Seconds from the training process's start to the end of its first step.")
         self.long_steps = _counter("bottleneck_train_long_steps_total",
                                    "Steps far above the rank's median step (median + 3 sigma from the IQR, and "
-                                   "three times the median).")
+                                   "three times the median; of five or more close together, the loop slowing as "
+                                   "a whole, those three times the cluster's median).")
         self.long_excess = _counter("bottleneck_train_long_step_excess_seconds_total",
                                     "Time of the long steps above the median step: wall time lost to them.")
         self.median = _gauge("bottleneck_train_step_median_seconds", "Median of the rank's last 128 step times.")
