@@ -1,6 +1,7 @@
 """scripts/device-check without a GPU: it stops at once saying so, and its steps run on CPU (--cpu-dry-run):
 the exporter's scrape through promtool, the hook's loop and its paired cost, DDP's and FSDP's collectives
-on two gloo ranks, and the pinned-batch check (which counts nothing on a CPU rank)."""
+on two gloo ranks, the pinned-batch check (which counts nothing on a CPU rank), and the setup facts (autocast
+sampled in the forwards, the dtype and matmul precision, a gloo group's backend)."""
 
 from __future__ import annotations
 
@@ -40,5 +41,7 @@ def test_cpu_dry_run_runs_every_step_and_reports_it():
                  "ok   exported collective phase:", "ok   benchmarks/hook_overhead.py ran",
                  "this machine's cold-code penalty:", "send it (",
                  "ok   pin-check-pinned: a CPU rank copies nothing, so nothing is counted or exported",
+                 "ok   setup-float32: 0 of ", "ok   setup-autocast: ",
+                 "ok   setup-gloo: exported process_group_backend",
                  "device-check: all checks passed"):
         assert line in out, out
