@@ -184,6 +184,11 @@ PARAMETERS: dict[str, Parameter] = _parameters(
               "(kubernetes-mixin's CPUThrottlingHigh fires at the same 25%)."),
     Parameter("cpu_throttled_idle_cores", 1, "Idle cores (idle and iowait, over the window) the node must "
               "have for a throttled trainer to be held back by its CPU limit rather than by a busy node."),
+    Parameter("loader_data_wait_ratio", 0.2, "Share of the step a rank spends waiting for the next batch above "
+              "which BottleneckTooFewLoaderWorkers names the num_workers to set, when its workers are too few for "
+              "the cores left to them: lower than data_wait_ratio, since more workers on idle cores cost nothing "
+              "and win the wait back (TensorFlow's profiler calls a program HIGHLY input-bound from 20% of the step "
+              "waiting for input, moderately from 5%; the PyTorch profiler suggested more workers at 5%)."),
     Parameter("loader_workers_cores_ratio", 0.7, "An input-bound rank's DataLoader workers below this share "
               "of the cores left to them (its workers plus its share of the node's idle cores, no more than its "
               "share of a CPU limit less a core for the main thread) are too few: SageMaker "

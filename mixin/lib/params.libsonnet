@@ -57,6 +57,7 @@ local numbers = [
   "stall_min_seconds_critical",
   "cpu_throttled_periods_ratio",
   "cpu_throttled_idle_cores",
+  "loader_data_wait_ratio",
   "loader_workers_cores_ratio",
   "tensor_core_capability",
   "tensor_activity_ratio",

@@ -241,7 +241,7 @@ IO_BLOCKED = (
 TOO_FEW_WORKERS = (
     "bottleneck_train_dataloader_num_workers < ${loader_workers_cores_ratio} * <<loader_cores_left>>\n"
     "  and bottleneck_train_dataloader_num_workers + 1 <= <<loader_cores_left>>\n"
-    "  and on (instance, training_job, rank) <<data_wait>> > ${data_wait_ratio}"
+    "  and on (instance, training_job, rank) <<data_wait>> > ${loader_data_wait_ratio}"
 )
 
 # What the input-bound verdicts leave to the others: storage holding the input back (BottleneckIoBound), and a
@@ -284,7 +284,7 @@ HEURISTICS: tuple[Heuristic, ...] = (
         summary="Rank {{ $labels.rank }} of job {{ $labels.training_job }} waits for data with cores to spare: "
         "set num_workers={{ $value | humanize }}.",
         description="Rank {{ $labels.rank }} of job {{ $labels.training_job }} on {{ $labels.instance }} waits for "
-        "the next batch more than ${data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
+        "the next batch more than ${loader_data_wait_ratio:pct} of every step while its DataLoader workers are fewer "
         "than ${loader_workers_cores_ratio:pct} of the cores left to them; num_workers={{ $value | humanize }} "
         "uses those cores (its workers now plus its share of the node's idle cores; no more than its share of "
         "a CPU limit, or the CPUs it is pinned to, less a core for the main thread).",
@@ -292,9 +292,12 @@ HEURISTICS: tuple[Heuristic, ...] = (
         "rank's workers plus its share of the node's idle cores, capped by its share of its CPU limit less one "
         "core for the main thread), with persistent_workers=True and pin_memory=True; then look "
         "again: a rank that still waits needs cheaper transforms or GPU-side augmentation.",
-        meaning="The rank is input-bound and its loaders are not what is short of CPU: the node has idle cores "
-        "the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
-        "parallel loaders than 70% of the cores). The number to set is computed, not guessed: the workers the "
+        meaning="The rank waits for its batches and its loaders are not what is short of CPU: the node has idle "
+        "cores the rank could give to more DataLoader worker processes (SageMaker Debugger's Dataloader rule: fewer "
+        "parallel loaders than 70% of the cores). It takes a smaller wait than BottleneckInputBound "
+        "(${loader_data_wait_ratio:pct} of the step against ${data_wait_ratio:pct}): a job whose main thread "
+        "loads a third of each step is not yet bound by its input, but workers on idle cores win that third "
+        "back at no cost. The number to set is computed, not guessed: the workers the "
         "rank has plus the node's idle cores shared among the ranks on the node. Under a CPU limit (a "
         "Kubernetes pod's, `docker run --cpus`, systemd's CPUQuota=) it is no more than the rank's share of the "
         "limit (the ranks of one container share it: `bottleneck_training_cpu_limit_share_cores`) less one "
