@@ -89,9 +89,9 @@ class SeriesStore:
         key = tuple(sorted(labels.items()))
         if key not in self._series:
             self._by_name.setdefault(labels.get("__name__", ""), []).append(key)
-        stale = [*self._stale.get(key, ()), *went_stale]
-        if stale:
-            self._stale[key] = sorted(stale)
+        went = list(went_stale)
+        if went:  # sorted only when a stale time is added, not at every sample of a series that went stale once
+            self._stale[key] = sorted([*self._stale.get(key, ()), *went])
         times, values = self._series.setdefault(key, ([], []))
         if not times:  # a new series: its points at once, in time order (equal times keep their order)
             ordered = sorted(points, key=_TIME)
